@@ -1,0 +1,34 @@
+# Every target is documented by its `##` comment; `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Sub-projects are the folders with a pyproject.toml (core, retrieval, detection, ...).
+SUBPROJECTS := $(patsubst %/pyproject.toml,%,$(wildcard */pyproject.toml))
+TEST_DIRS := $(wildcard $(addsuffix /tests,$(SUBPROJECTS)) figures/tests ablations/tests tests)
+PROFILE ?= mini
+BENCH_ARGS ?=
+
+.PHONY: help install test test-slow bench
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+install: $(STAMP) ## create .venv with the pinned requirements and every sub-project (editable)
+
+$(STAMP): environments/requirements.txt $(addsuffix /pyproject.toml,$(SUBPROJECTS))
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -r environments/requirements.txt
+	$(VENV)/bin/pip install --no-deps $(addprefix -e ./,$(SUBPROJECTS))
+	touch $@
+
+test: install ## run every sub-project's tests (the README's test command; CI runs exactly this)
+	$(PY) -m pytest -m "not slow" $(TEST_DIRS)
+
+test-slow: install ## run the tests marked slow as well
+	$(PY) -m pytest $(TEST_DIRS)
+
+bench: install ## AP-loss speed benchmark vs the reference algorithm and one float32 sort (BENCH_ARGS="--with-1e8 --device cuda")
+	$(PY) -m rambo.core.benchmark --out core/benchmarks/ap_loss.json --markdown core/benchmarks/ap_loss.md $(BENCH_ARGS)

@@ -1,0 +1,50 @@
+"""rambo.core: rank-based losses by blackbox differentiation of exact ranking (RaMBO, CVPR 2020).
+
+Public API::
+
+    rank(scores, lam)                          exact ranks, Alg. 1 backward
+    RecallLoss(margin, lam, weighting)         Eq. 16-20, loss(scores [Q, N], relevant [Q, N])
+    APLoss(margin, lam)                        Eq. 21-22
+    MAPLoss(margin, lam), APCLoss(margin, lam) Eq. 6/22 and Eq. 23, loss(scores [N, C], labels [N, C])
+    ScoreMemory(loss, tau)                     Sec. 4.3 for score rows
+    EmbeddingMemory(loss, tau)                 Sec. 4.3 for embeddings, memory(embeddings, labels)
+    pairwise_scores(embeddings, labels)        [B, B-1] cosine scores and relevance
+    RecallAtKSurrogate, SiMix, FastAPLoss, SmoothAPLoss   comparison surrogates
+    rambo.core.metrics                         average_precision, recall_at_k, map_at_r, r_precision
+"""
+
+from . import metrics
+from .ap_loss import APLoss
+from .fast_ap import FastAPLoss
+from .map_loss import APCLoss, MAPLoss
+from .margin import shift_by_margin
+from .pairwise import pairwise_scores
+from .rank_loss import RankLoss
+from .ranking import exact_rank, rank, rank_within_relevant
+from .recall_at_k_surrogate import RecallAtKSurrogate
+from .recall_loss import RecallLoss
+from .score_memory import EmbeddingMemory, ScoreMemory
+from .simix import SiMix
+from .smooth_ap import SmoothAPLoss
+from .surrogate_loss import SurrogateLoss
+
+__all__ = [
+    "APCLoss",
+    "APLoss",
+    "EmbeddingMemory",
+    "FastAPLoss",
+    "MAPLoss",
+    "RankLoss",
+    "RecallAtKSurrogate",
+    "RecallLoss",
+    "ScoreMemory",
+    "SiMix",
+    "SmoothAPLoss",
+    "SurrogateLoss",
+    "exact_rank",
+    "metrics",
+    "pairwise_scores",
+    "rank",
+    "rank_within_relevant",
+    "shift_by_margin",
+]

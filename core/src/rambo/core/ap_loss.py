@@ -1,0 +1,38 @@
+"""Average-precision loss by blackbox differentiation (paper Sec. 4.6, Eq. 21-22)."""
+
+from __future__ import annotations
+
+import torch
+
+from .margin import shift_by_margin
+from .rank_loss import RankLoss
+from .ranking import rank_with_integers, rank_within_relevant
+from .validation import check_lam, check_margin
+
+
+class APLoss(RankLoss):
+    """``1 - AP`` of each row (Eq. 22), with ``precision(i) = rank(y+)_i / rank_alpha(y)_i`` (Eq. 21).
+
+    Args:
+        margin: alpha of Eq. 14 (0 disables the margin).
+        lam: blackbox interpolation strength, the paper's normalised convention (see ``rank``).
+
+    Call: ``loss(scores: [Q, N], relevant: [Q, N] bool)``; every item of a row takes part in that
+    row's ranking. ``rank(y+)`` (the rank among relevant items) is treated as a constant in the
+    backward pass, as in the authors' implementation: only ``rank_alpha(y)`` is differentiated.
+    """
+
+    def __init__(self, margin: float = 0.0, lam: float = 0.5):
+        super().__init__()
+        self.margin = check_margin(margin)
+        self.lam = check_lam(lam)
+
+    def row_losses(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+        ranks, integer_ranks = rank_with_integers(shift_by_margin(scores, relevant, self.margin), self.lam)
+        ranks_relevant = rank_within_relevant(integer_ranks, relevant).to(ranks.dtype)
+        precision = torch.where(relevant, ranks_relevant / ranks, 0.0)
+        average_precision = precision.sum(dim=-1) / relevant.sum(dim=-1).clamp(min=1)
+        return 1.0 - average_precision
+
+    def extra_repr(self) -> str:
+        return f"margin={self.margin}, lam={self.lam}"

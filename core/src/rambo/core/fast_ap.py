@@ -1,0 +1,42 @@
+"""FastAP (Cakir et al., CVPR 2019): AP from soft histograms of the scores."""
+
+from __future__ import annotations
+
+import torch
+
+from .surrogate_loss import SurrogateLoss
+
+
+class FastAPLoss(SurrogateLoss):
+    """``1 - FastAP``, ``FastAP = (1/|P|) sum_l h+_l H+_l / H_l`` over ``bins + 1`` bin centres.
+
+    Bin centres ``z_l = hi - l * delta`` (l = 0..bins, delta = (hi - lo) / bins) run from the best
+    score to the worst; each item spreads over the two nearest centres with the triangular kernel
+    ``max(0, 1 - |s - z_l| / delta)``. ``h+``/``h`` are the soft counts of relevant/all valid items
+    per bin, ``H+``/``H`` their cumulative sums (items at least as good as bin l); bins with
+    ``H_l = 0`` add nothing. Scores are clamped to ``score_range`` (cosine scores: (-1, 1), which
+    is FastAP's distance range [0, 4] of unit vectors).
+    """
+
+    def __init__(self, bins: int = 10, score_range: tuple[float, float] = (-1.0, 1.0)):
+        super().__init__()
+        if int(bins) != bins or bins < 1:
+            raise ValueError(f"bins must be a positive integer, got {bins}")
+        lo, hi = (float(v) for v in score_range)
+        if not hi > lo:
+            raise ValueError(f"score_range must be (low, high) with high > low, got {score_range}")
+        self.bins, self.lo, self.hi = int(bins), lo, hi
+
+    def row_losses(self, scores, relevant, valid):
+        delta = (self.hi - self.lo) / self.bins
+        centres = self.hi - delta * torch.arange(self.bins + 1, dtype=scores.dtype, device=scores.device)
+        clamped = scores.clamp(self.lo, self.hi).unsqueeze(-1)  # [Q, N, 1]
+        weight = (1 - (clamped - centres).abs() / delta).clamp(min=0) * valid.unsqueeze(-1)  # [Q, N, L+1]
+        h_all = weight.sum(1)
+        h_rel = (weight * relevant.unsqueeze(-1)).sum(1)
+        cum_all, cum_rel = h_all.cumsum(-1), h_rel.cumsum(-1)
+        ratio = torch.where(cum_all > 0, h_rel * cum_rel / cum_all.clamp(min=torch.finfo(scores.dtype).tiny), 0.0)
+        return 1.0 - ratio.sum(-1) / relevant.sum(-1).clamp(min=1).to(scores.dtype)
+
+    def extra_repr(self) -> str:
+        return f"bins={self.bins}, score_range=({self.lo}, {self.hi})"

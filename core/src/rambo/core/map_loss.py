@@ -1,0 +1,32 @@
+"""Mean-average-precision losses for ``[items, classes]`` score matrices (Eq. 6, 22, 23)."""
+
+from __future__ import annotations
+
+import torch
+
+from .ap_loss import APLoss
+from .validation import check_scores_and_relevance
+
+
+class MAPLoss(APLoss):
+    """``1 - mAP`` (Eq. 6, 22): the mean over classes present of each column's AP loss.
+
+    Call: ``loss(scores: [N, C], labels: [N, C] bool)``; column ``c`` ranks the N items by their
+    class-``c`` score. Classes with no positive item in the batch are left out of the mean.
+    """
+
+    ranked_dim = 0
+
+    def forward(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        check_scores_and_relevance(scores, labels)
+        return super().forward(scores.transpose(0, 1), labels.transpose(0, 1))
+
+
+class APCLoss(APLoss):
+    """AP-C (Eq. 23): one AP loss over the ``[N, C]`` matrix flattened into a single ranking."""
+
+    ranked_dim = 0
+
+    def forward(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        check_scores_and_relevance(scores, labels)
+        return super().forward(scores.reshape(1, -1), labels.reshape(1, -1))

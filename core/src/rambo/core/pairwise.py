@@ -1,0 +1,42 @@
+"""Scores of every batch element against every *other* element (paper Sec. 5.1)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .validation import check_scores
+
+
+def off_diagonal(matrix: torch.Tensor) -> torch.Tensor:
+    """``[B, B]`` -> ``[B, B-1]``: each row without its diagonal entry, order otherwise kept."""
+    b = matrix.shape[0]
+    return matrix.flatten()[1:].view(b - 1, b + 1)[:, :-1].reshape(b, b - 1)
+
+
+def check_labels(embeddings: torch.Tensor, labels: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless ``labels`` is a 1-D integer tensor with one label per embedding."""
+    check_scores(embeddings, name="embeddings", min_dim=2)
+    if embeddings.dim() != 2:
+        raise ValueError(f"embeddings must be [batch, dim], got shape {tuple(embeddings.shape)}")
+    if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.is_floating_point():
+        raise ValueError("labels must be a 1-D integer tensor [batch]")
+    if labels.shape[0] != embeddings.shape[0]:
+        raise ValueError(
+            f"shape mismatch: {embeddings.shape[0]} embeddings vs {labels.shape[0]} labels"
+        )
+
+
+def pairwise_scores(embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cosine scores and relevance of each element against all others.
+
+    ``embeddings: [B, D]``, ``labels: [B]`` -> ``(scores: [B, B-1], relevant: [B, B-1] bool)``;
+    row ``q`` lists elements ``0..B-1`` except ``q`` itself, so no query is its own positive.
+    """
+    check_labels(embeddings, labels)
+    if embeddings.shape[0] < 2:
+        raise ValueError("pairwise_scores needs a batch of at least 2 elements")
+    unit = F.normalize(embeddings, dim=1)
+    scores = unit @ unit.transpose(0, 1)
+    relevant = labels.unsqueeze(1) == labels.unsqueeze(0)
+    return off_diagonal(scores), off_diagonal(relevant)

@@ -1,0 +1,139 @@
+"""Exact ranking with a blackbox-differentiation backward pass (paper Eq. 1-2, Alg. 1).
+
+Forward: ``rank(y)_i = 1 + |{j : y_j > y_i}|`` (Eq. 2), ties broken by position (the earlier
+item gets the better rank), computed by one stable sort. Backward (Alg. 1, Vlastelica et al. 2020):
+``y_lam = y + lam_raw * dL/drank`` and ``dL/dy = -(rank(y) - rank(y_lam)) / lam_raw``.
+
+The meaning of ``lam``. The paper's tables and the authors' code rank *normalised* positions
+``rank(y) / N`` (N = length of the ranked dimension). For a loss written on normalised ranks,
+``dL/d(rank/N) = N * dL/drank``, so their perturbation ``y + lam * dL/d(rank/N)`` is
+``y + (lam * N) * dL/drank`` and their gradient ``-(rank/N - rank_lam/N) / lam`` is
+``-(rank - rank_lam) / (lam * N)``. Working on raw ranks 1..N, Alg. 1 is therefore run with
+``lam_raw = lam * N``; with that, Table 9's values (4, 0.2, 0.5) mean what they mean in the paper.
+``tests/test_ranking.py`` checks the equivalence against the normalised formulation.
+
+Speed. The sort runs on integer keys derived from the float bits (an order-preserving bijection),
+which torch sorts by radix sort on the CPU; several rows are sorted as one 1-D array by putting the
+row index in the high 32 bits of an int64 key. Ranks are the inverse permutation, written by one
+scatter (no second sort).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .validation import check_lam, check_scores
+
+_SIGN_MASK_32 = 0x7FFFFFFF
+_SIGN_MASK_64 = 0x7FFFFFFFFFFFFFFF
+
+
+def _descending_keys(values: torch.Tensor) -> torch.Tensor:
+    """Integer keys whose ascending order is the descending order of ``values`` (float32/64).
+
+    ``values + 0.0`` maps -0.0 to +0.0 so that the two zeros tie, as they do as floats.
+    """
+    values = values + 0.0
+    if values.dtype == torch.float32:
+        bits = values.contiguous().view(torch.int32)
+        keys = bits ^ ((bits >> 31) & _SIGN_MASK_32)
+    else:
+        bits = values.contiguous().view(torch.int64)
+        keys = bits ^ ((bits >> 63) & _SIGN_MASK_64)
+    return ~keys
+
+
+def descending_order(scores: torch.Tensor) -> torch.Tensor:
+    """Indices that sort ``scores`` along the last dimension from highest to lowest, ties by position.
+
+    ``scores: [..., N]`` -> ``order: [..., N]`` (int64); ``order[..., 0]`` is the best item.
+    """
+    values = scores.detach()
+    if values.dtype not in (torch.float32, torch.float64):
+        values = values.float()
+    n = values.shape[-1]
+    flat = values.reshape(-1, n)
+    rows = flat.shape[0]
+    if rows == 1:
+        order = torch.sort(_descending_keys(flat).view(-1), stable=True).indices.view(1, n)
+    elif values.dtype == torch.float32 and rows < 2**31:
+        keys = _descending_keys(flat).long() + 2**31  # in [0, 2^32)
+        row = torch.arange(rows, device=flat.device).unsqueeze(1)
+        wide = keys | (row << 32)
+        order = torch.sort(wide.view(-1), stable=True).indices.view(rows, n) - row * n
+    else:
+        order = torch.sort(flat, dim=-1, descending=True, stable=True).indices
+    return order.view(values.shape)
+
+
+def ranks_from_order(order: torch.Tensor) -> torch.Tensor:
+    """Inverse permutation along the last dimension, 1-based: ``ranks[..., order[..., k]] = k + 1``."""
+    n = order.shape[-1]
+    positions = torch.arange(1, n + 1, device=order.device, dtype=torch.int64).expand_as(order)
+    return torch.empty_like(order).scatter_(-1, order, positions)
+
+
+def exact_rank(scores: torch.Tensor) -> torch.Tensor:
+    """Ranks 1..N along the last dimension (Eq. 2, 1 = highest score, stable ties), int64, no gradient."""
+    return ranks_from_order(descending_order(scores))
+
+
+def rank_within_relevant(ranks: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+    """``rank(y+)`` of Eq. 17 and 21: the rank of each item counting only relevant items.
+
+    ``ranks``: integer ranks 1..N along the last dimension (from :func:`exact_rank`);
+    ``relevant``: bool, same shape. For a relevant item ``i`` the result is
+    ``|{j relevant : rank_j <= rank_i}|``; for an irrelevant item it is the number of relevant
+    items ranked above it. Computed in O(N) by a scatter into rank order and a cumulative sum.
+    """
+    in_rank_order = torch.zeros(ranks.shape, dtype=torch.int64, device=ranks.device)
+    in_rank_order.scatter_(-1, ranks - 1, relevant.to(torch.int64))
+    return in_rank_order.cumsum_(-1).gather(-1, ranks - 1)
+
+
+class BlackboxRank(torch.autograd.Function):
+    """Autograd function behind :func:`rank`; ``lam_raw`` is the perturbation on raw ranks.
+
+    Returns ``(ranks as floats, differentiable; ranks as int64, not differentiable)`` so that a
+    loss which also needs exact integer ranks (e.g. for :func:`rank_within_relevant`) sorts once.
+    """
+
+    @staticmethod
+    def forward(ctx, scores: torch.Tensor, lam_raw: float):  # noqa: D102
+        ranks = exact_rank(scores)
+        ctx.lam_raw = lam_raw
+        ctx.save_for_backward(scores, ranks)
+        ctx.mark_non_differentiable(ranks)
+        return ranks.to(torch.promote_types(scores.dtype, torch.float32)), ranks
+
+    @staticmethod
+    def backward(ctx, grad_ranks: torch.Tensor, _grad_integer_ranks: torch.Tensor | None = None):  # noqa: D102
+        scores, ranks = ctx.saved_tensors
+        compute_dtype = torch.promote_types(scores.dtype, torch.float32)
+        perturbed = scores.detach().to(compute_dtype) + ctx.lam_raw * grad_ranks.to(compute_dtype)
+        ranks_perturbed = exact_rank(perturbed)
+        # Alg. 1: -(rank(y) - rank(y_lam)) / lam, the difference taken exactly in integers.
+        grad_scores = (ranks_perturbed - ranks).to(compute_dtype) / ctx.lam_raw
+        return grad_scores.to(scores.dtype), None
+
+
+def rank(scores: torch.Tensor, lam: float) -> torch.Tensor:
+    """Ranks along the last dimension, 1 = highest score, differentiable by Alg. 1.
+
+    Args:
+        scores: ``[..., N]`` float tensor; leading dimensions are independent rows.
+        lam: interpolation strength in the paper's normalised convention (Table 9: 4, 0.2, 0.5);
+            the raw-rank perturbation is ``lam * N`` (see the module docstring).
+
+    Returns:
+        ``[..., N]`` ranks 1..N as floats (float32 for half inputs, else the input dtype).
+        Ties are broken by position, identically on CPU and GPU.
+    """
+    return rank_with_integers(scores, lam)[0]
+
+
+def rank_with_integers(scores: torch.Tensor, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rank` that also returns the same ranks as int64 (exact beyond 2**24, no gradient)."""
+    check_scores(scores)
+    lam = check_lam(lam)
+    return BlackboxRank.apply(scores, lam * scores.shape[-1])

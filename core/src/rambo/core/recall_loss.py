@@ -1,0 +1,47 @@
+"""Recall loss by blackbox differentiation (paper Sec. 4.5, Eq. 16-20, Prop. 2)."""
+
+from __future__ import annotations
+
+import torch
+
+from .margin import shift_by_margin
+from .rank_loss import RankLoss
+from .ranking import rank_with_integers, rank_within_relevant
+from .validation import check_lam, check_margin
+
+WEIGHTINGS = ("log", "loglog")
+
+
+class RecallLoss(RankLoss):
+    """Closed form of Eq. 19 (Eq. 20): ``E_{i relevant} l(r_i)`` or ``E_{i relevant} l(l(r_i))``.
+
+    ``l(k) = log(1 + k)`` and ``r_i = rank_alpha(y)_i - rank_alpha(y+)_i`` (Eq. 17) is the number
+    of irrelevant items ranked above relevant item ``i``. ``weighting="log"`` is the sum of Eq. 19
+    with ``w_K = log(1 + 1/K) ~ 1/K``; ``"loglog"`` has ``w_K ~ 1/(K log K)`` (Appendix B).
+
+    Args:
+        margin: alpha of Eq. 14. lam: as in ``rank``. weighting: ``"log"`` or ``"loglog"``.
+
+    ``rank(y+)`` is a constant in the backward pass; only ``rank_alpha(y)`` is differentiated.
+    """
+
+    def __init__(self, margin: float = 0.0, lam: float = 4.0, weighting: str = "log"):
+        super().__init__()
+        if weighting not in WEIGHTINGS:
+            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {weighting!r}")
+        self.margin = check_margin(margin)
+        self.lam = check_lam(lam)
+        self.weighting = weighting
+
+    def row_losses(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+        ranks, integer_ranks = rank_with_integers(shift_by_margin(scores, relevant, self.margin), self.lam)
+        ranks_relevant = rank_within_relevant(integer_ranks, relevant).to(ranks.dtype)
+        irrelevant_above = ranks - ranks_relevant
+        per_item = torch.log1p(irrelevant_above)
+        if self.weighting == "loglog":
+            per_item = torch.log1p(per_item)
+        per_item = torch.where(relevant, per_item, 0.0)
+        return per_item.sum(dim=-1) / relevant.sum(dim=-1).clamp(min=1)
+
+    def extra_repr(self) -> str:
+        return f"margin={self.margin}, lam={self.lam}, weighting={self.weighting!r}"

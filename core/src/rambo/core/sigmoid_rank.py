@@ -1,0 +1,76 @@
+"""Sigmoid-relaxed ranks of the relevant items (the smooth rank of Smooth-AP and the Recall@k surrogate).
+
+For query row ``q`` and relevant item ``i``:
+
+    rank_all(i) = 1 + sum_{j != i, valid j} sigmoid((s_j - s_i) / tau)
+    rank_rel(i) = 1 + sum_{j != i, valid relevant j} sigmoid((s_j - s_i) / tau)
+
+Memory. The pairwise differences of one row are ``[P, N]`` (P relevant items). Rows are processed in
+chunks under ``torch.utils.checkpoint``, so autograd keeps only each chunk's inputs and outputs and
+recomputes the differences in the backward pass: peak memory is one chunk's ``[c, P, N]`` block plus
+``O(Q * N)``, i.e. O(n^2) for an n x n score matrix, not the O(n^3) of materialising every
+``[Q, N, N]`` difference.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+# Largest [chunk, P, N] block computed at once (elements); 2**22 float32 = 16 MiB.
+DEFAULT_CHUNK_ELEMENTS = 2**22
+
+
+def _chunk_ranks(scores, relevant_index, relevant_mask, valid, relevant_valid, tau):
+    """One chunk of rows: ``scores [c, N]`` -> ``(rank_all, rank_rel)`` each ``[c, P]``."""
+    own = scores.gather(-1, relevant_index)  # [c, P]
+    soft_above = torch.sigmoid((scores.unsqueeze(1) - own.unsqueeze(2)) / tau)  # [c, P, N]
+    others = torch.ones_like(soft_above, dtype=torch.bool).scatter_(-1, relevant_index.unsqueeze(-1), False)
+    counted = others & valid.unsqueeze(1)
+    rank_all = 1 + (soft_above * counted).sum(-1)
+    rank_rel = 1 + (soft_above * (counted & relevant_valid.unsqueeze(1))).sum(-1)
+    zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
+    return torch.where(relevant_mask, rank_all, zero), torch.where(relevant_mask, rank_rel, zero)
+
+
+def sigmoid_ranks_of_relevant(
+    scores: torch.Tensor,
+    relevant: torch.Tensor,
+    tau: float,
+    valid: torch.Tensor | None = None,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Smooth ranks of each row's relevant items.
+
+    Args:
+        scores: ``[Q, N]``. relevant: ``[Q, N]`` bool. tau: sigmoid temperature.
+        valid: ``[Q, N]`` bool, items that take part in the row (default: all); an invalid item is
+            neither ranked nor counted.
+
+    Returns:
+        ``(rank_all [Q, P], rank_rel [Q, P], mask [Q, P])`` with P the largest number of valid
+        relevant items in a row; ``mask`` marks the real entries (the rest are padding, value 0).
+    """
+    if valid is None:
+        valid = torch.ones_like(relevant)
+    relevant_valid = relevant & valid
+    count = int(relevant_valid.sum(-1).max()) if relevant_valid.numel() else 0
+    q, n = scores.shape
+    if count == 0:
+        empty = scores.new_zeros((q, 0))
+        return empty, empty, relevant.new_zeros((q, 0))
+    # Indices of the relevant items first (stable: in position order), then padding.
+    relevant_index = torch.argsort((~relevant_valid).to(torch.int8), dim=-1, stable=True)[:, :count]
+    relevant_mask = relevant_valid.gather(-1, relevant_index)
+    rows_per_chunk = max(1, chunk_elements // (count * n))
+    ranks_all, ranks_rel = [], []
+    for start in range(0, q, rows_per_chunk):
+        rows = slice(start, start + rows_per_chunk)
+        args = (scores[rows], relevant_index[rows], relevant_mask[rows], valid[rows], relevant_valid[rows], tau)
+        if torch.is_grad_enabled() and scores.requires_grad:
+            out = checkpoint(_chunk_ranks, *args, use_reentrant=False)
+        else:
+            out = _chunk_ranks(*args)
+        ranks_all.append(out[0])
+        ranks_rel.append(out[1])
+    return torch.cat(ranks_all), torch.cat(ranks_rel), relevant_mask

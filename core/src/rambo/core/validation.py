@@ -1,0 +1,62 @@
+"""Input checks shared by every loss and metric: bad input fails early with a message that names it."""
+
+from __future__ import annotations
+
+import torch
+
+
+def check_scores(scores: torch.Tensor, name: str = "scores", min_dim: int = 1) -> None:
+    """Raise ``ValueError`` unless ``scores`` is a floating tensor of finite values.
+
+    ``min_dim`` is the smallest number of dimensions accepted (2 for ``[queries, items]``).
+    """
+    if not isinstance(scores, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(scores).__name__}")
+    if not scores.is_floating_point():
+        raise ValueError(f"{name} must be a floating tensor, got dtype {scores.dtype}")
+    if scores.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dimension(s), got shape {tuple(scores.shape)}")
+    if scores.shape[-1] == 0:
+        raise ValueError(f"{name} has an empty ranked (last) dimension: shape {tuple(scores.shape)}")
+    if not bool(torch.isfinite(scores).all()):
+        bad = "NaN" if bool(torch.isnan(scores).any()) else "inf"
+        raise ValueError(f"{name} contains {bad} values; ranks are undefined for non-finite scores")
+
+
+def check_relevance(scores: torch.Tensor, relevant: torch.Tensor, name: str = "relevant") -> None:
+    """Raise ``ValueError`` unless ``relevant`` is a bool tensor of the same shape as ``scores``."""
+    if not isinstance(relevant, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of dtype bool, got {type(relevant).__name__}")
+    if relevant.dtype != torch.bool:
+        raise ValueError(
+            f"{name} must have dtype torch.bool (relevant / irrelevant), got {relevant.dtype}; "
+            f"convert with `{name}.bool()` if it holds 0/1"
+        )
+    if relevant.shape != scores.shape:
+        raise ValueError(
+            f"shape mismatch: scores {tuple(scores.shape)} vs {name} {tuple(relevant.shape)}"
+        )
+    if relevant.device != scores.device:
+        raise ValueError(f"device mismatch: scores on {scores.device}, {name} on {relevant.device}")
+
+
+def check_lam(lam: float) -> float:
+    """Return ``lam`` as a float; raise ``ValueError`` unless it is a finite positive number."""
+    lam = float(lam)
+    if not lam > 0 or lam == float("inf"):
+        raise ValueError(f"lam must be a finite number > 0 (the blackbox interpolation strength), got {lam}")
+    return lam
+
+
+def check_margin(margin: float) -> float:
+    """Return ``margin`` as a float; raise ``ValueError`` unless it is finite and >= 0."""
+    margin = float(margin)
+    if not margin >= 0 or margin == float("inf"):
+        raise ValueError(f"margin must be a finite number >= 0, got {margin}")
+    return margin
+
+
+def check_scores_and_relevance(scores: torch.Tensor, relevant: torch.Tensor) -> None:
+    """Both checks for the ``loss(scores: [Q, N], relevant: [Q, N])`` call signature."""
+    check_scores(scores, min_dim=2)
+    check_relevance(scores, relevant)
