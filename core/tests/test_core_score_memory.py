@@ -1,0 +1,118 @@
+"""Score memory (Sec. 4.3): extends the ranking, not the queries; gradients reach the current batch only."""
+
+import pytest
+import torch
+
+import core_brute_force as bf
+from rambo.core import APLoss, EmbeddingMemory, MAPLoss, RecallLoss, ScoreMemory, pairwise_scores
+
+
+class ShapeSpy(torch.nn.Module):
+    """A loss that records what it receives and returns a differentiable sum."""
+
+    def __init__(self, ranked_dim):
+        super().__init__()
+        self.ranked_dim = ranked_dim
+        self.shapes = []
+
+    def forward(self, scores, relevant):
+        self.shapes.append(tuple(scores.shape))
+        return scores.sum()
+
+
+@pytest.mark.parametrize("ranked_dim, shape, grown", [(-1, (4, 6), lambda k: (4, 6 * k)), (0, (6, 3), lambda k: (6 * k, 3))])
+def test_memory_extends_the_ranked_dimension_not_the_queries(ranked_dim, shape, grown):
+    spy = ShapeSpy(ranked_dim)
+    memory = ScoreMemory(spy, tau=2)
+    for _ in range(4):
+        memory(torch.randn(shape), torch.rand(shape) < 0.5)
+    assert spy.shapes == [grown(1), grown(2), grown(3), grown(3)]
+
+
+def test_score_memory_value_and_gradients():
+    loss = MAPLoss(0.15, 0.5)
+    memory = ScoreMemory(loss, tau=7)
+    old_scores = torch.randn(10, 4, requires_grad=True)
+    old_labels = torch.rand(10, 4) < 0.3
+    memory(old_scores, old_labels)
+    scores = torch.randn(10, 4, requires_grad=True)
+    labels = torch.rand(10, 4) < 0.3
+    labels[0] = True
+    value = memory(scores, labels)
+    expected = loss(torch.cat([scores, old_scores]), torch.cat([labels, old_labels]))
+    assert value.item() == pytest.approx(expected.item())
+    value.backward()
+    assert old_scores.grad is None  # the remembered batch is detached
+    assert scores.grad is not None and scores.grad.abs().sum() > 0
+
+
+def test_memory_keeps_only_tau_batches_and_only_in_training_mode():
+    memory = ScoreMemory(APLoss(0.0, 0.5), tau=3)
+    for _ in range(5):
+        memory(torch.randn(2, 4), torch.rand(2, 4) < 0.5)
+    assert len(memory._batches) == 3
+    memory.eval()
+    memory(torch.randn(2, 4), torch.rand(2, 4) < 0.5)
+    assert len(memory._batches) == 3
+    memory.reset()
+    assert len(memory._batches) == 0
+
+
+def test_tau_zero_is_no_memory():
+    loss = APLoss(0.1, 0.5)
+    memory = ScoreMemory(loss, tau=0)
+    scores, relevant = torch.randn(3, 8), torch.rand(3, 8) < 0.5
+    relevant[0, 0] = True
+    memory(torch.randn(3, 8), torch.rand(3, 8) < 0.5)
+    assert memory(scores, relevant).item() == loss(scores, relevant).item()
+
+
+def test_memory_travels_with_the_state_dict():
+    first = ScoreMemory(APLoss(0.0, 0.5), tau=2)
+    for _ in range(2):
+        first(torch.randn(2, 4), torch.rand(2, 4) < 0.5)
+    second = ScoreMemory(APLoss(0.0, 0.5), tau=2)
+    second.load_state_dict(first.state_dict())
+    scores, relevant = torch.randn(2, 4), torch.tensor([[True, False, False, True]] * 2)
+    assert first(scores, relevant).item() == second(scores, relevant).item()
+
+
+def test_bad_tau_is_named():
+    with pytest.raises(ValueError, match="tau"):
+        ScoreMemory(APLoss(), tau=-1)
+    with pytest.raises(ValueError, match="tau"):
+        EmbeddingMemory(RecallLoss(), tau=1.5)
+
+
+def test_embedding_memory_scores_queries_against_batch_and_memory():
+    torch.manual_seed(3)
+    loss = RecallLoss(0.02, 4.0)
+    memory = EmbeddingMemory(loss, tau=3)
+    old = torch.randn(6, 5, requires_grad=True)
+    old_labels = torch.tensor([0, 0, 1, 1, 2, 2])
+    memory(old, old_labels)
+    embeddings = torch.randn(6, 5, requires_grad=True)
+    labels = torch.tensor([0, 1, 1, 2, 3, 3])
+    scores, relevant = memory.scores_and_relevance(embeddings, labels)
+    assert scores.shape == (6, 5 + 6)  # B queries, B-1 batch items + M remembered ones
+    unit = torch.nn.functional.normalize(embeddings.detach(), dim=1)
+    unit_old = torch.nn.functional.normalize(old.detach(), dim=1)
+    for q in range(6):
+        others = [j for j in range(6) if j != q]
+        expected = [float(unit[q] @ unit[j]) for j in others] + [float(unit[q] @ unit_old[j]) for j in range(6)]
+        expected_rel = [bool(labels[q] == labels[j]) for j in others] + [bool(labels[q] == old_labels[j]) for j in range(6)]
+        assert torch.allclose(scores[q].detach(), torch.tensor(expected), atol=1e-6)
+        assert relevant[q].tolist() == expected_rel
+    value = memory(embeddings, labels)
+    rows = [bf.recall_row(s, r, margin=0.02) for s, r in zip(scores.tolist(), relevant.tolist()) if any(r)]
+    assert value.item() == pytest.approx(sum(rows) / len(rows), rel=1e-5)
+    value.backward()
+    assert old.grad is None and embeddings.grad.abs().sum() > 0
+
+
+def test_embedding_memory_without_memory_is_the_plain_batch_loss():
+    loss = APLoss(0.02, 0.5)
+    memory = EmbeddingMemory(loss, tau=0)
+    embeddings, labels = torch.randn(8, 4), torch.arange(8) // 2
+    memory(torch.randn(8, 4), labels)
+    assert memory(embeddings, labels).item() == loss(*pairwise_scores(embeddings, labels)).item()

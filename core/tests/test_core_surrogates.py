@@ -1,0 +1,168 @@
+"""Recall@k surrogate, SiMix, FastAP and Smooth-AP against loops over their definitions."""
+
+import pytest
+import torch
+
+import core_brute_force as bf
+from rambo.core import FastAPLoss, RecallAtKSurrogate, SiMix, SmoothAPLoss, pairwise_scores
+from rambo.core.sigmoid_rank import sigmoid_ranks_of_relevant
+
+DTYPES = [torch.float32, torch.float64]
+
+
+def cosine_like(shape, dtype, ties=False):
+    if ties:
+        return torch.randint(-4, 5, shape).to(dtype) / 5
+    return torch.rand(shape, dtype=dtype) * 2 - 1
+
+
+def with_relevant(shape, fraction=0.3):
+    relevant = torch.rand(shape) < fraction
+    relevant[0, 0] = True
+    return relevant
+
+
+CASES = {
+    "recall@k": (lambda: RecallAtKSurrogate(), bf.recall_at_k_surrogate_row, {}),
+    "recall@k small tau": (lambda: RecallAtKSurrogate(ks=(1, 3), tau1=0.1, tau2=0.5), bf.recall_at_k_surrogate_row,
+                           {"ks": (1, 3), "tau1": 0.1, "tau2": 0.5}),
+    "smooth-ap": (lambda: SmoothAPLoss(0.05), bf.smooth_ap_row, {"tau": 0.05}),
+    "fast-ap": (lambda: FastAPLoss(10), bf.fast_ap_row, {}),
+    "fast-ap 4 bins": (lambda: FastAPLoss(4, (-2.0, 1.0)), bf.fast_ap_row, {"bins": 4, "lo": -2.0, "hi": 1.0}),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(5, 5), (3, 12), (8, 3)])
+@pytest.mark.parametrize("ties", [False, True])
+def test_surrogate_value_matches_brute_force(name, dtype, shape, ties):
+    make, brute, kwargs = CASES[name]
+    scores, relevant = cosine_like(shape, dtype, ties), with_relevant(shape)
+    expected = bf.mean_over_rows(brute, scores.tolist(), relevant.tolist(), **kwargs)
+    value = make()(scores, relevant)
+    assert value.dtype == dtype
+    tolerance = 1e-4 if dtype == torch.float32 else 1e-9
+    assert value.item() == pytest.approx(expected, rel=tolerance, abs=tolerance)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_valid_mask_removes_items_from_the_ranking(name):
+    make, brute, kwargs = CASES[name]
+    scores, relevant = cosine_like((4, 9), torch.float64), with_relevant((4, 9), 0.4)
+    valid = torch.rand(4, 9) < 0.7
+    valid[0, 0] = True
+    rows = [
+        brute(s, r, valid=v, **kwargs)
+        for s, r, v in zip(scores.tolist(), relevant.tolist(), valid.tolist())
+        if any(a and b for a, b in zip(r, v))
+    ]
+    assert make()(scores, relevant, valid).item() == pytest.approx(sum(rows) / len(rows), rel=1e-9)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_surrogate_gradients_flow_and_match_finite_differences(name):
+    make, _, _ = CASES[name]
+    scores = cosine_like((3, 6), torch.float64).requires_grad_(True)
+    relevant = with_relevant((3, 6), 0.4)
+    loss = make()
+    torch.autograd.gradcheck(lambda s: loss(s, relevant), (scores,), eps=1e-7, atol=1e-5)
+
+
+def test_sigmoid_ranks_chunking_gives_the_same_values_and_gradients():
+    scores = cosine_like((9, 11), torch.float64).requires_grad_(True)
+    relevant = with_relevant((9, 11), 0.3)
+    whole = sigmoid_ranks_of_relevant(scores, relevant, 0.05)
+    chunked = sigmoid_ranks_of_relevant(scores, relevant, 0.05, chunk_elements=1)
+    for a, b in zip(whole, chunked):
+        assert torch.equal(a, b)
+    (grad_whole,) = torch.autograd.grad(whole[0].sum() + whole[1].sum(), scores)
+    (grad_chunked,) = torch.autograd.grad(chunked[0].sum() + chunked[1].sum(), scores)
+    assert torch.allclose(grad_whole, grad_chunked)
+
+
+def saved_elements(loss, n):
+    """Elements autograd keeps for the backward pass of loss on an n x n score matrix."""
+    total = 0
+
+    def pack(tensor):
+        nonlocal total
+        total += tensor.numel()
+        return tensor
+
+    scores = torch.rand(n, n, requires_grad=True)
+    relevant = torch.rand(n, n) < 0.5
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss(scores, relevant)
+    return total
+
+
+@pytest.mark.parametrize("loss", [SmoothAPLoss(), RecallAtKSurrogate()])
+def test_sigmoid_rank_losses_keep_o_n2_memory_not_o_n3(loss):
+    """Regression: the reference Smooth-AP materialises [n, n, n] differences for backward."""
+    n = 96
+    saved = saved_elements(loss, n)
+    assert saved < 40 * n * n  # O(n^2); [n, n/2, n] differences alone would be n^3 / 2 = 48 n^2
+
+
+def test_recall_at_k_surrogate_never_counts_the_query_as_its_own_positive():
+    """Regression: with pairwise_scores the query is not in its row, so a singleton class adds nothing."""
+    embeddings = torch.randn(6, 4)
+    labels = torch.tensor([0, 0, 1, 1, 2, 3])  # classes 2 and 3 are singletons
+    loss = RecallAtKSurrogate()
+    scores, relevant = pairwise_scores(embeddings, labels)
+    rows = [bf.recall_at_k_surrogate_row(s, r) for s, r in zip(scores.tolist(), relevant.tolist()) if any(r)]
+    assert len(rows) == 4
+    assert loss(scores, relevant).item() == pytest.approx(sum(rows) / 4, rel=1e-5)
+
+
+def test_simix_mixes_similarities_and_excludes_shared_sources():
+    torch.manual_seed(0)
+    embeddings = torch.randn(6, 5, dtype=torch.float64)
+    labels = torch.tensor([0, 0, 0, 1, 1, 2])
+    simix = SiMix(RecallAtKSurrogate(), mixes=4, generator=torch.Generator().manual_seed(1))
+    scores, relevant, valid = simix.mixed_batch(embeddings, labels)
+    assert scores.shape == (10, 10)
+    # Recover each mix's sources and weight from the same generator draws.
+    g = torch.Generator().manual_seed(1)
+    pairs = (labels.unsqueeze(1) == labels.unsqueeze(0)).triu(1).nonzero()
+    chosen = pairs[torch.randint(len(pairs), (4,), generator=g)]
+    weights = torch.rand(4, 1, generator=g, dtype=torch.float64)
+    s = torch.nn.functional.normalize(embeddings, dim=1) @ torch.nn.functional.normalize(embeddings, dim=1).T
+    for m in range(4):
+        a, b = chosen[m].tolist()
+        w = weights[m].item()
+        for c in range(6):
+            assert scores[6 + m, c].item() == pytest.approx(w * s[a, c].item() + (1 - w) * s[b, c].item())
+            assert valid[6 + m, c].item() == (c not in (a, b))
+            assert relevant[6 + m, c].item() == bool(labels[c] == labels[a])
+    assert not valid.diagonal().any()  # nothing ranks itself
+    value = simix(embeddings.requires_grad_(True), labels)
+    value.backward()
+    assert embeddings.grad.abs().sum() > 0
+
+
+def test_simix_in_eval_mode_adds_no_mixes():
+    simix = SiMix(RecallAtKSurrogate()).eval()
+    scores, _, valid = simix.mixed_batch(torch.randn(6, 3), torch.tensor([0, 0, 1, 1, 2, 2]))
+    assert scores.shape == (6, 6) and not valid.diagonal().any()
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: RecallAtKSurrogate(ks=(0, 1)), "ks"),
+        (lambda: RecallAtKSurrogate(tau1=0), "temperature"),
+        (lambda: SmoothAPLoss(tau=-1), "tau"),
+        (lambda: FastAPLoss(bins=0), "bins"),
+        (lambda: FastAPLoss(score_range=(1, -1)), "score_range"),
+    ],
+)
+def test_bad_hyper_parameters_are_named(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_bad_valid_mask_is_named():
+    with pytest.raises(ValueError, match="valid"):
+        SmoothAPLoss()(torch.rand(2, 3), torch.ones(2, 3, dtype=torch.bool), torch.ones(2, 3))
