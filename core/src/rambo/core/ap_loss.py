@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .margin import shift_by_margin
-from .rank_loss import RankLoss
-from .ranking import rank_with_integers, rank_within_relevant
+from .rank_loss import RankLoss, ranks_of_relevant_items
 from .validation import check_lam, check_margin
 
 
@@ -28,11 +26,10 @@ class APLoss(RankLoss):
         self.lam = check_lam(lam)
 
     def row_losses(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-        ranks, integer_ranks = rank_with_integers(shift_by_margin(scores, relevant, self.margin), self.lam)
-        ranks_relevant = rank_within_relevant(integer_ranks, relevant).to(ranks.dtype)
-        precision = torch.where(relevant, ranks_relevant / ranks, 0.0)
-        average_precision = precision.sum(dim=-1) / relevant.sum(dim=-1).clamp(min=1)
-        return 1.0 - average_precision
+        rows, ranks, ranks_relevant = ranks_of_relevant_items(scores, relevant, self.margin, self.lam)
+        precision = ranks_relevant / ranks  # Eq. 21, one entry per relevant item
+        sum_of_precisions = ranks.new_zeros(scores.shape[0]).index_add(0, rows, precision)
+        return 1.0 - sum_of_precisions / relevant.sum(dim=-1).clamp(min=1)
 
     def extra_repr(self) -> str:
         return f"margin={self.margin}, lam={self.lam}"

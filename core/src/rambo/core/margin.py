@@ -5,13 +5,23 @@ from __future__ import annotations
 import torch
 
 
-def shift_by_margin(scores: torch.Tensor, relevant: torch.Tensor, margin: float) -> torch.Tensor:
+def shift_by_margin(
+    scores: torch.Tensor,
+    relevant: torch.Tensor,
+    margin: float,
+    relevant_index: tuple[torch.Tensor, ...] | None = None,
+) -> torch.Tensor:
     """Eq. 14: relevant scores move down by ``margin / 2``, irrelevant scores up by ``margin / 2``.
 
     Ranking the shifted scores is ``rank_alpha`` of Eq. 15: a relevant item only counts as ranked
-    above an irrelevant one when it leads by more than ``margin``.
+    above an irrelevant one when it leads by more than ``margin``. ``relevant_index`` may pass
+    ``relevant.nonzero(as_tuple=True)`` when the caller has it already.
     """
     if margin == 0:
         return scores
-    half = margin / 2
-    return scores + torch.where(relevant, -half, half).to(scores.dtype)
+    if relevant_index is None:
+        relevant_index = relevant.nonzero(as_tuple=True)
+    # One dense pass (+ margin/2 everywhere), then - margin on the (usually few) relevant items.
+    shifted = scores + margin / 2
+    minus_margin = torch.full((relevant_index[0].shape[0],), -margin, dtype=scores.dtype, device=scores.device)
+    return shifted.index_put_(relevant_index, minus_margin, accumulate=True)

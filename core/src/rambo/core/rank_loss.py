@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from .margin import shift_by_margin
+from .ranking import rank_with_integers, ranks_within_relevant_items
 from .validation import check_scores_and_relevance
 
 
@@ -31,3 +33,21 @@ class RankLoss(torch.nn.Module):
     def row_losses(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
         """``scores: [Q, N]``, ``relevant: [Q, N]`` bool -> ``[Q]`` losses."""
         raise NotImplementedError
+
+
+def ranks_of_relevant_items(
+    scores: torch.Tensor, relevant: torch.Tensor, margin: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the RaMBO losses need, for the P relevant items in ``relevant.nonzero()`` order.
+
+    Returns ``(rows [P], rank_alpha(y) [P] differentiable by Alg. 1, rank_alpha(y+) [P])``: the row of
+    each relevant item, its rank among all items of its row after the margin shift (Eq. 14-15), and
+    its rank among the relevant items of its row (a constant for the backward pass, as in the
+    authors' implementation). One sort of the scores; everything else is O(N + P log P).
+    """
+    relevant_index = relevant.nonzero(as_tuple=True)
+    shifted = shift_by_margin(scores, relevant, margin, relevant_index)
+    ranks, integer_ranks = rank_with_integers(shifted, lam, validate=False)
+    rows = relevant_index[0]
+    ranks_relevant = ranks_within_relevant_items(rows, integer_ranks[relevant_index], scores.shape[0])
+    return rows, ranks[relevant_index], ranks_relevant.to(ranks.dtype)

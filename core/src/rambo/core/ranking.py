@@ -31,16 +31,17 @@ _SIGN_MASK_64 = 0x7FFFFFFFFFFFFFFF
 def _descending_keys(values: torch.Tensor) -> torch.Tensor:
     """Integer keys whose ascending order is the descending order of ``values`` (float32/64).
 
-    ``values + 0.0`` maps -0.0 to +0.0 so that the two zeros tie, as they do as floats.
+    ``values + 0.0`` maps -0.0 to +0.0 so that the two zeros tie, as they do as floats; it is also
+    the one copy made, the bit operations after it work in place (this runs on 1e8 elements).
     """
-    values = values + 0.0
+    values = values.clone(memory_format=torch.contiguous_format).add_(0.0)
     if values.dtype == torch.float32:
-        bits = values.contiguous().view(torch.int32)
-        keys = bits ^ ((bits >> 31) & _SIGN_MASK_32)
+        bits, width, magnitude_mask = values.view(torch.int32), 31, _SIGN_MASK_32
     else:
-        bits = values.contiguous().view(torch.int64)
-        keys = bits ^ ((bits >> 63) & _SIGN_MASK_64)
-    return ~keys
+        bits, width, magnitude_mask = values.view(torch.int64), 63, _SIGN_MASK_64
+    # Negative floats order backwards as integers: flip their magnitude bits.
+    flip = (bits >> width).bitwise_and_(magnitude_mask)
+    return bits.bitwise_xor_(flip).bitwise_not_()
 
 
 def descending_order(scores: torch.Tensor) -> torch.Tensor:
@@ -67,34 +68,54 @@ def descending_order(scores: torch.Tensor) -> torch.Tensor:
 
 
 def ranks_from_order(order: torch.Tensor) -> torch.Tensor:
-    """Inverse permutation along the last dimension, 1-based: ``ranks[..., order[..., k]] = k + 1``."""
+    """Inverse permutation along the last dimension, 1-based: ``ranks[..., order[..., k]] = k + 1``.
+
+    int32 (half the memory traffic of int64) while N < 2**31, else int64.
+    """
     n = order.shape[-1]
-    positions = torch.arange(1, n + 1, device=order.device, dtype=torch.int64).expand_as(order)
-    return torch.empty_like(order).scatter_(-1, order, positions)
+    dtype = torch.int32 if n < 2**31 else torch.int64
+    positions = torch.arange(1, n + 1, device=order.device, dtype=dtype).expand_as(order)
+    return torch.empty(order.shape, dtype=dtype, device=order.device).scatter_(-1, order, positions)
 
 
 def exact_rank(scores: torch.Tensor) -> torch.Tensor:
-    """Ranks 1..N along the last dimension (Eq. 2, 1 = highest score, stable ties), int64, no gradient."""
+    """Ranks 1..N along the last dimension (Eq. 2, 1 = highest score, stable ties), integers, no gradient."""
     return ranks_from_order(descending_order(scores))
 
 
-def rank_within_relevant(ranks: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-    """``rank(y+)`` of Eq. 17 and 21: the rank of each item counting only relevant items.
+def ranks_within_relevant_items(rows: torch.Tensor, ranks: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """``rank(y+)`` of Eq. 17 and 21 for a list of relevant items, O(P log P) for P items.
 
-    ``ranks``: integer ranks 1..N along the last dimension (from :func:`exact_rank`);
-    ``relevant``: bool, same shape. For a relevant item ``i`` the result is
-    ``|{j relevant : rank_j <= rank_i}|``; for an irrelevant item it is the number of relevant
-    items ranked above it. Computed in O(N) by a scatter into rank order and a cumulative sum.
+    ``rows``/``ranks``: row index and (integer) rank of each relevant item, e.g. at
+    ``relevant.nonzero(as_tuple=True)``. Returns each item's rank among the relevant items of its row.
     """
-    in_rank_order = torch.zeros(ranks.shape, dtype=torch.int64, device=ranks.device)
-    in_rank_order.scatter_(-1, ranks - 1, relevant.to(torch.int64))
-    return in_rank_order.cumsum_(-1).gather(-1, ranks - 1)
+    n_items = rows.shape[0]
+    key = rows.to(torch.int64) * (int(ranks.max()) + 1 if n_items else 1) + ranks.to(torch.int64)
+    order = torch.argsort(key)
+    per_row = torch.bincount(rows, minlength=num_rows)
+    first_position = per_row.cumsum(0) - per_row
+    positions = torch.arange(1, n_items + 1, device=rows.device)
+    within = torch.empty_like(positions)
+    within[order] = positions - first_position[rows[order]]
+    return within
+
+
+def rank_within_relevant(ranks: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+    """``rank(y+)`` of Eq. 17 and 21, dense: each relevant item's rank among the relevant items.
+
+    ``ranks``: integer ranks 1..N along the last dimension (from :func:`exact_rank`) of a
+    ``[Q, N]`` matrix; ``relevant``: bool, same shape. Irrelevant items get 0.
+    """
+    rows, cols = relevant.nonzero(as_tuple=True)
+    out = torch.zeros(ranks.shape, dtype=torch.int64, device=ranks.device)
+    out[rows, cols] = ranks_within_relevant_items(rows, ranks[rows, cols], ranks.shape[0])
+    return out
 
 
 class BlackboxRank(torch.autograd.Function):
     """Autograd function behind :func:`rank`; ``lam_raw`` is the perturbation on raw ranks.
 
-    Returns ``(ranks as floats, differentiable; ranks as int64, not differentiable)`` so that a
+    Returns ``(ranks as floats, differentiable; ranks as integers, not differentiable)`` so that a
     loss which also needs exact integer ranks (e.g. for :func:`rank_within_relevant`) sorts once.
     """
 
@@ -110,10 +131,10 @@ class BlackboxRank(torch.autograd.Function):
     def backward(ctx, grad_ranks: torch.Tensor, _grad_integer_ranks: torch.Tensor | None = None):  # noqa: D102
         scores, ranks = ctx.saved_tensors
         compute_dtype = torch.promote_types(scores.dtype, torch.float32)
-        perturbed = scores.detach().to(compute_dtype) + ctx.lam_raw * grad_ranks.to(compute_dtype)
+        perturbed = torch.add(scores.detach().to(compute_dtype), grad_ranks.to(compute_dtype), alpha=ctx.lam_raw)
         ranks_perturbed = exact_rank(perturbed)
         # Alg. 1: -(rank(y) - rank(y_lam)) / lam, the difference taken exactly in integers.
-        grad_scores = (ranks_perturbed - ranks).to(compute_dtype) / ctx.lam_raw
+        grad_scores = ranks_perturbed.sub_(ranks).to(compute_dtype).div_(ctx.lam_raw)
         return grad_scores.to(scores.dtype), None
 
 
@@ -132,8 +153,12 @@ def rank(scores: torch.Tensor, lam: float) -> torch.Tensor:
     return rank_with_integers(scores, lam)[0]
 
 
-def rank_with_integers(scores: torch.Tensor, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`rank` that also returns the same ranks as int64 (exact beyond 2**24, no gradient)."""
-    check_scores(scores)
-    lam = check_lam(lam)
+def rank_with_integers(scores: torch.Tensor, lam: float, validate: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rank` that also returns the same ranks as integers (exact beyond 2**24, no gradient).
+
+    ``validate=False`` skips the input checks, for callers that have already made them.
+    """
+    if validate:
+        check_scores(scores)
+        lam = check_lam(lam)
     return BlackboxRank.apply(scores, lam * scores.shape[-1])

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .margin import shift_by_margin
-from .rank_loss import RankLoss
-from .ranking import rank_with_integers, rank_within_relevant
+from .rank_loss import RankLoss, ranks_of_relevant_items
 from .validation import check_lam, check_margin
 
 WEIGHTINGS = ("log", "loglog")
@@ -34,14 +32,13 @@ class RecallLoss(RankLoss):
         self.weighting = weighting
 
     def row_losses(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-        ranks, integer_ranks = rank_with_integers(shift_by_margin(scores, relevant, self.margin), self.lam)
-        ranks_relevant = rank_within_relevant(integer_ranks, relevant).to(ranks.dtype)
-        irrelevant_above = ranks - ranks_relevant
+        rows, ranks, ranks_relevant = ranks_of_relevant_items(scores, relevant, self.margin, self.lam)
+        irrelevant_above = ranks - ranks_relevant  # r_i of Eq. 17
         per_item = torch.log1p(irrelevant_above)
         if self.weighting == "loglog":
             per_item = torch.log1p(per_item)
-        per_item = torch.where(relevant, per_item, 0.0)
-        return per_item.sum(dim=-1) / relevant.sum(dim=-1).clamp(min=1)
+        total = ranks.new_zeros(scores.shape[0]).index_add(0, rows, per_item)
+        return total / relevant.sum(dim=-1).clamp(min=1)
 
     def extra_repr(self) -> str:
         return f"margin={self.margin}, lam={self.lam}, weighting={self.weighting!r}"
