@@ -1,0 +1,146 @@
+"""Turn the pipeline's runs into the paper's tables: mean +- std over seeds, the paper's number beside.
+
+    python ablations/tables.py --runs results/runs --params params.yaml --out results/tables
+
+Reads ``runs/<task>/<experiment>/seed<k>/metrics.json`` (written by the training stages); the
+profile's ``tables.runs`` in params.yaml says which experiment fills which paper cell. It
+writes ``<out>/<table>.md`` and ``<out>/<table>.json`` for every table of ``paper_numbers.TABLES``,
+``<out>/tables.md`` with all of them, and ``<out>/summary.json`` (the DVC metrics file). With
+``--wandb-mode`` other than ``disabled``, an aggregate W&B run mirrors the tables (the files stay the
+primary copy). A cell whose dataset the profile does not run says so; a cell whose runs are missing
+is an error, so a broken pipeline cannot produce a quietly empty table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paper_numbers import TABLES, Cell, Table  # noqa: E402
+
+
+def read_metric(task: str, metrics: dict, metric: str) -> float:
+    """The metric of one run in percent. Retrieval: the paper protocol's test value."""
+    source = metrics["paper_protocol"] if task == "retrieval" else metrics
+    if metric not in source:
+        raise KeyError(f"metric {metric!r} not in run metrics (has {sorted(source)})")
+    return 100.0 * float(source[metric])
+
+
+def collect_cell(cell: Cell, runs: Path, run_map: dict, seeds: list[int]) -> dict:
+    experiment = run_map.get(f"{cell.task}/{cell.dataset}/{cell.method}")
+    result = {"dataset": cell.dataset, "method": cell.method, "experiment": experiment, "metric": cell.metric,
+              "paper": cell.paper}  # fmt: skip
+    if experiment is None:
+        return {**result, "status": "not run in this profile"}
+    values = []
+    for seed in seeds:
+        path = runs / cell.task / experiment / f"seed{seed}" / "metrics.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"missing run {cell.task}/{experiment} seed {seed}: {path}")
+        values.append(read_metric(cell.task, json.loads(path.read_text()), cell.metric))
+    return {
+        **result, "status": "ok", "values": values, "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+    }  # fmt: skip
+
+
+def format_cell(cell: dict) -> str:
+    paper = "-" if cell["paper"] is None else f"{cell['paper']:.1f}"
+    if cell["status"] != "ok":
+        return f"not run (paper {paper})"
+    return f"{cell['mean']:.1f} ± {cell['std']:.1f} (paper {paper})"
+
+
+def build_table(table: Table, runs: Path, run_map: dict, seeds: list[int]) -> dict:
+    rows = [{"label": label, "cells": [collect_cell(c, runs, run_map, seeds) for c in cells]}
+            for label, cells in table.rows]  # fmt: skip
+    return {"key": table.key, "title": table.title, "columns": list(table.columns), "rows": rows, "note": table.note}
+
+
+def markdown(built: dict, profile: str, labels: dict, seeds: list[int]) -> str:
+    ran = sorted({c["dataset"] for r in built["rows"] for c in r["cells"] if c["status"] == "ok"})
+    ran_text = "; ".join(f"{d}: {labels.get(d, d)}" for d in ran) or "no cell is run in this profile"
+    lines = [
+        f"### {built['title']}",
+        "",
+        f"Profile `{profile}`: {ran_text}; mean ± std over seeds {seeds}; the paper's number in brackets.",
+        "",
+        "| | " + " | ".join(built["columns"]) + " |",
+        "|---|" + "---|" * len(built["columns"]),
+    ]
+    for row in built["rows"]:
+        lines.append(f"| {row['label']} | " + " | ".join(format_cell(c) for c in row["cells"]) + " |")
+    if built["note"]:
+        lines += ["", built["note"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
+        handle.write(text)
+    os.replace(handle.name, path)
+
+
+def wandb_mode(requested: str) -> str:
+    """Decide the W&B mode before any init: never wait on the network."""
+    if requested != "auto":
+        return requested
+    return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+
+
+def log_to_wandb(built_tables: list[dict], mode: str, project: str, config: dict) -> None:
+    import wandb
+
+    run = wandb.init(project=project, job_type="tables", group="tables", mode=mode, config=config)
+    for built in built_tables:
+        table = wandb.Table(columns=["row", *built["columns"]])
+        for row in built["rows"]:
+            table.add_data(row["label"], *(format_cell(c) for c in row["cells"]))
+        run.log({built["key"]: table})
+    run.finish()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, required=True)
+    parser.add_argument("--params", type=Path, required=True, help="params.yaml (profile, seeds, tables.runs)")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--wandb-mode", default="disabled", choices=["auto", "online", "offline", "disabled"])
+    parser.add_argument("--wandb-project", default="rambo-tables")
+    args = parser.parse_args(argv)
+
+    params = yaml.safe_load(args.params.read_text())
+    profile, seeds = params["profile"], list(params["seeds"])
+    run_map, labels = params["tables"]["runs"], params["tables"].get("labels", {})
+    built_tables, sections, summary = [], [], {}
+    for table in TABLES:
+        built = build_table(table, args.runs, run_map, seeds)
+        text = markdown(built, profile, labels, seeds)
+        write_atomically(args.out / f"{table.key}.md", text)
+        write_atomically(args.out / f"{table.key}.json", json.dumps({"profile": profile, **built}, indent=2) + "\n")
+        built_tables.append(built)
+        sections.append(text)
+        for row in built["rows"]:
+            for column, cell in zip(built["columns"], row["cells"]):
+                if cell["status"] == "ok":
+                    summary[f"{table.key}/{row['label']}/{column}"] = round(cell["mean"], 2)
+    write_atomically(args.out / "tables.md", f"## Reproduced tables (profile `{profile}`)\n\n" + "\n".join(sections))
+    write_atomically(args.out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    mode = wandb_mode(args.wandb_mode)
+    if mode != "disabled":
+        log_to_wandb(built_tables, mode, args.wandb_project, {"profile": profile, "seeds": seeds})
+    print(f"tables written to {args.out}/tables.md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ABLATIONS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ABLATIONS))
+import tables  # noqa: E402
+from paper_numbers import TABLES  # noqa: E402
+
+
+def write_run(runs: Path, task, experiment, seed, value):
+    path = runs / task / experiment / f"seed{seed}" / "metrics.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if task == "retrieval":
+        data = {"paper_protocol": {f"R@{k}": value for k in (1, 2, 4, 8, 10, 20, 30, 50, 100, 1000)}}
+    else:
+        data = {"AP50": value}
+    path.write_text(json.dumps(data))
+
+
+def fill_runs(runs: Path, run_map: dict, seeds):
+    for key, experiment in run_map.items():
+        for seed in seeds:
+            write_run(runs, key.split("/")[0], experiment, seed, 0.5 + 0.1 * seed)
+
+
+MINI_RUNS = yaml.safe_load((ABLATIONS / "profiles" / "mini.yaml").read_text())["tables"]["runs"]
+
+
+def test_tables_have_mean_std_and_paper_numbers(tmp_path):
+    params = {"profile": "mini", "seeds": [0, 1, 2], "tables": {"runs": MINI_RUNS, "labels": {"sop": "synthetic"}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    fill_runs(tmp_path / "runs", MINI_RUNS, [0, 1, 2])
+    tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out")])
+    table2 = json.loads((tmp_path / "out" / "table2.json").read_text())
+    first = table2["rows"][0]["cells"][0]
+    assert first["values"] == pytest.approx([50.0, 60.0, 70.0])
+    assert first["mean"] == pytest.approx(60.0) and first["std"] == pytest.approx(10.0)
+    assert first["paper"] == 77.8 and first["experiment"] == "synthetic_log"
+    text = (tmp_path / "out" / "table2.md").read_text()
+    assert "sop: synthetic" in text
+    assert "| RaMBO log | 60.0 ± 10.0 (paper 77.8) |" in text
+    table3 = json.loads((tmp_path / "out" / "table3.json").read_text())
+    assert {c["status"] for r in table3["rows"] for c in r["cells"]} == {"not run in this profile"}
+    table5 = (tmp_path / "out" / "table5.md").read_text()
+    assert "| ResNet-50, VOC 07 | 60.0 ± 10.0 (paper 74.2) | 60.0 ± 10.0 (paper 75.7) |" in table5
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["table8/CE/AP50"] == 60.0
+
+
+def test_a_missing_run_is_an_error_not_an_empty_cell(tmp_path):
+    params = {"profile": "mini", "seeds": [0, 1], "tables": {"runs": {"retrieval/sop/rambo_recall_log": "synthetic_log"}}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    write_run(tmp_path / "runs", "retrieval", "synthetic_log", 0, 0.5)
+    with pytest.raises(FileNotFoundError, match="synthetic_log seed 1"):
+        tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "o")])
+
+
+def test_wandb_mode_is_decided_before_init(monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    assert tables.wandb_mode("auto") == "offline"
+    monkeypatch.setenv("WANDB_API_KEY", "x")
+    assert tables.wandb_mode("auto") == "online"
+    assert tables.wandb_mode("disabled") == "disabled"

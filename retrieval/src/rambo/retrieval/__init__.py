@@ -1,0 +1,6 @@
+"""rambo.retrieval: image retrieval with rank-based losses (RaMBO, CVPR 2020) and the Recall@k surrogate.
+
+Modules: ``datasets`` (loaders, synthetic set, downloads), ``samplers``, ``model``, ``evaluate``,
+``train`` (Hydra app), ``two_pass`` (chunked backward for large batches), ``distributed``,
+``contrastive_loss`` (baseline).
+"""

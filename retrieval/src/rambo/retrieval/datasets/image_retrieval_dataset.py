@@ -1,0 +1,82 @@
+"""The one dataset class every loader returns: image paths with class labels and super-labels."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from PIL import Image
+
+
+class ImageRetrievalDataset(torch.utils.data.Dataset):
+    """Images on disk with a class label (and optionally a super-label) each.
+
+    Args:
+        image_paths: ``n`` image files.
+        labels: ``n`` class labels; contiguous ``0..C-1`` within a split (the loaders remap them).
+        super_labels: ``n`` super-labels (SOP super-class, In-shop category) or ``None``; used by
+            :class:`rambo.retrieval.samplers.SuperLabelBatchSampler`.
+        transform: called on the RGB PIL image, e.g. a torchvision transform.
+
+    ``dataset[i]`` is ``(image, label, i)``: the index lets training and evaluation find the image
+    again (score memory, example retrievals in Fig. 4).
+
+    Attributes:
+        labels: ``LongTensor [n]``.
+        super_labels: ``LongTensor [n]`` or ``None``.
+        image_paths: ``list[Path]`` of length ``n``.
+    """
+
+    def __init__(
+        self,
+        image_paths: Sequence[Path | str],
+        labels: Sequence[int],
+        super_labels: Sequence[int] | None = None,
+        transform: Callable | None = None,
+    ):
+        if len(image_paths) != len(labels):
+            raise ValueError(f"got {len(image_paths)} image paths but {len(labels)} labels")
+        if super_labels is not None and len(super_labels) != len(labels):
+            raise ValueError(f"got {len(labels)} labels but {len(super_labels)} super-labels")
+        if transform is not None and not callable(transform):
+            raise ValueError(f"transform must be callable, got {type(transform).__name__}")
+        self.image_paths = [Path(p) for p in image_paths]
+        self.labels = torch.as_tensor(list(labels), dtype=torch.long).reshape(-1)
+        self.super_labels = (
+            None if super_labels is None else torch.as_tensor(list(super_labels), dtype=torch.long).reshape(-1)
+        )
+        if bool((self.labels < 0).any()):
+            raise ValueError("labels must be >= 0")
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.image_paths)
+
+    def __getitem__(self, index: int):
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index {index} out of range for a dataset of {len(self)} images")
+        index = index % len(self)
+        # convert("RGB"): CUB and SOP hold a few grayscale and CMYK JPEGs among the RGB ones.
+        with Image.open(self.image_paths[index]) as image:
+            image = image.convert("RGB")
+        if self.transform is not None:
+            image = self.transform(image)
+        return image, int(self.labels[index]), index
+
+    @property
+    def num_classes(self) -> int:
+        """Number of distinct class labels."""
+        return int(self.labels.unique().numel())
+
+    def __repr__(self) -> str:
+        supers = "none" if self.super_labels is None else int(self.super_labels.unique().numel())
+        return (
+            f"{type(self).__name__}(images={len(self)}, classes={self.num_classes}, super_labels={supers})"
+        )
+
+
+def contiguous_labels(raw: Sequence) -> list[int]:
+    """Map raw class ids (ints or strings) to ``0..C-1`` in sorted order of the raw ids."""
+    index = {value: i for i, value in enumerate(sorted(set(raw)))}
+    return [index[value] for value in raw]

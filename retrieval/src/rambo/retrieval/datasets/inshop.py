@@ -1,0 +1,57 @@
+"""In-shop Clothes Retrieval (DeepFashion, Liu et al. 2016): train, query and gallery splits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from .image_retrieval_dataset import ImageRetrievalDataset
+from .layout import check_split, read_rows, resolve_root
+
+INSHOP_FOLDER = "Eval"
+INSHOP_SPLITS = ("train", "query", "gallery")
+
+
+def load_inshop(root: Path | str, split: str, transform: Callable | None = None) -> ImageRetrievalDataset:
+    """Read ``root/list_eval_partition.txt`` (or ``root/Eval/...``), images under ``root/img/``.
+
+    The file has a count line, a header line, then ``image_name item_id evaluation_status`` rows
+    (paper 5.1: 25,882 train images of 3,997 items; 14,218 query + 12,612 gallery images of 3,985
+    items). Super-label = the item's category folder, e.g. ``img/MEN/Denim/id_00000080/...`` ->
+    ``MEN/Denim`` (23 of them). Query and gallery share one label map (the items of both, in
+    item-id order) so a query's label equals its gallery matches' label; train gets its own
+    ``0..C-1``. Super-labels use one map over the whole file.
+    """
+    check_split(split, INSHOP_SPLITS, "inshop")
+    index_root = resolve_root(root, "list_eval_partition.txt", INSHOP_FOLDER, "inshop")
+    index_file = index_root / "list_eval_partition.txt"
+    # Image paths in the file start with "img/", relative to the folder img.zip was extracted into.
+    image_root = Path(root)
+    rows = read_rows(index_file, columns=3, skip=2)
+    if not rows:
+        raise ValueError(f"{index_file} lists no images")
+    statuses = {fields[2] for _, fields in rows}
+    unknown = statuses - set(INSHOP_SPLITS)
+    if unknown:
+        raise ValueError(f"{index_file}: unknown evaluation_status {sorted(unknown)}; expected {INSHOP_SPLITS}")
+
+    def category(number: int, image_name: str) -> str:
+        parts = Path(image_name).parts
+        if len(parts) < 4:
+            raise ValueError(f"{index_file}:{number}: expected img/<GENDER>/<Category>/<item>/..., got {image_name!r}")
+        return f"{parts[1]}/{parts[2]}"
+
+    categories = sorted({category(number, fields[0]) for number, fields in rows})
+    label_splits = ("train",) if split == "train" else ("query", "gallery")
+    items = sorted({fields[1] for _, fields in rows if fields[2] in label_splits})
+    item_label = {item: i for i, item in enumerate(items)}
+    category_label = {name: i for i, name in enumerate(categories)}
+    selected = [(number, fields) for number, fields in rows if fields[2] == split]
+    if not selected:
+        raise ValueError(f"{index_file} lists no {split} images")
+    return ImageRetrievalDataset(
+        [image_root / fields[0] for _, fields in selected],
+        [item_label[fields[1]] for _, fields in selected],
+        [category_label[category(number, fields[0])] for number, fields in selected],
+        transform=transform,
+    )

@@ -1,0 +1,240 @@
+"""Batch samplers for metric learning: m-per-class batches and super-label batches.
+
+Both yield *lists of indices* (use them as ``DataLoader(dataset, batch_sampler=...)``). A batch
+holds ``samples_per_class`` images of each of ``batch_size // samples_per_class`` distinct
+classes, grouped by class. Randomness comes only from ``numpy.random.default_rng([seed, epoch])``,
+so a sampler is deterministic for a seed and differs between epochs once ``set_epoch(epoch)`` is
+called (as with ``DistributedSampler``; iterating again without it repeats the epoch, which is
+what a resumed run needs).
+
+Classes are visited in random permutations, and each class's images in its own random
+permutation, so within an epoch classes and images recur as evenly as the batch shape allows.
+A class with fewer than ``samples_per_class`` images contributes all of them, topped up by
+repeats drawn at random (SOP has classes of 2-12 images; with augmentation the repeats are
+different views).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+
+
+def _as_labels(values, name: str) -> np.ndarray:
+    array = values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else np.asarray(values)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D sequence of integers, got shape {array.shape}")
+    if not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"{name} must hold integers, got dtype {array.dtype}")
+    return array.astype(np.int64)
+
+
+def _check_positive_int(value, name: str) -> int:
+    if int(value) != value or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value}")
+    return int(value)
+
+
+def _classes_per_batch(batch_size: int, samples_per_class: int) -> int:
+    batch_size = _check_positive_int(batch_size, "batch_size")
+    samples_per_class = _check_positive_int(samples_per_class, "samples_per_class")
+    if batch_size % samples_per_class:
+        raise ValueError(
+            f"batch_size ({batch_size}) must be a multiple of samples_per_class ({samples_per_class}): "
+            f"a batch is batch_size // samples_per_class classes x samples_per_class images each"
+        )
+    return batch_size // samples_per_class
+
+
+class _PermutationWalk:
+    """Endless walk through random permutations of ``items``, a fresh permutation when one runs out."""
+
+    def __init__(self, items: np.ndarray, rng: np.random.Generator):
+        self.items = items
+        self.rng = rng
+        self.queue: deque[int] = deque()
+
+    def take(self, count: int) -> list[int]:
+        """``count`` distinct items (``count <= len(items)``), continuing the current permutation."""
+        if count > len(self.items):
+            raise ValueError(f"cannot take {count} distinct items out of {len(self.items)}")
+        taken: list[int] = []
+        while len(taken) < count:
+            if not self.queue:
+                self.queue = deque(self.rng.permutation(self.items).tolist())
+            # An item already taken for this call waits for the next call, keeping `taken` distinct.
+            skipped = []
+            while self.queue and len(taken) < count:
+                item = self.queue.popleft()
+                (skipped if item in taken else taken).append(item)
+            self.queue.extend(skipped)
+        return taken
+
+
+class _BatchBuilder:
+    """Draws ``samples_per_class`` indices per class from per-class permutation walks."""
+
+    def __init__(self, labels: np.ndarray, samples_per_class: int, rng: np.random.Generator):
+        self.samples_per_class = samples_per_class
+        self.rng = rng
+        self.members = {int(c): np.flatnonzero(labels == c) for c in np.unique(labels)}
+        self.walks: dict[int, _PermutationWalk] = {}
+
+    def batch(self, classes: Sequence[int]) -> list[int]:
+        indices: list[int] = []
+        for label in classes:
+            members = self.members[label]
+            walk = self.walks.setdefault(label, _PermutationWalk(members, self.rng))
+            chosen = walk.take(min(self.samples_per_class, len(members)))
+            shortfall = self.samples_per_class - len(chosen)
+            if shortfall:
+                chosen += self.rng.choice(members, size=shortfall, replace=True).tolist()
+            indices.extend(int(i) for i in chosen)
+        return indices
+
+
+class MPerClassBatchSampler(torch.utils.data.Sampler):
+    """Batches of ``batch_size // samples_per_class`` classes x ``samples_per_class`` images.
+
+    Args:
+        labels: ``[n]`` class label of every dataset item.
+        batch_size: images per batch; a multiple of ``samples_per_class``.
+        samples_per_class: images of each class in a batch (paper App. A: 4 for CUB and SOP,
+            8 for In-shop). Not the number of classes per batch.
+        seed: the sampler's random stream; with ``set_epoch`` it fixes every batch.
+        batches_per_epoch: default ``n // batch_size`` (about one pass over the data).
+    """
+
+    def __init__(
+        self,
+        labels,
+        batch_size: int,
+        samples_per_class: int,
+        seed: int = 0,
+        batches_per_epoch: int | None = None,
+    ):
+        self.labels = _as_labels(labels, "labels")
+        self.classes_per_batch = _classes_per_batch(batch_size, samples_per_class)
+        self.batch_size = int(batch_size)
+        self.samples_per_class = int(samples_per_class)
+        self.classes = np.unique(self.labels)
+        if self.classes_per_batch > len(self.classes):
+            raise ValueError(
+                f"a batch needs {self.classes_per_batch} distinct classes (batch_size {batch_size} / "
+                f"samples_per_class {samples_per_class}) but the labels have only {len(self.classes)}"
+            )
+        self.seed = int(seed)
+        self.batches_per_epoch = (
+            max(1, len(self.labels) // self.batch_size)
+            if batches_per_epoch is None
+            else _check_positive_int(batches_per_epoch, "batches_per_epoch")
+        )
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the random stream of epoch ``epoch``."""
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        classes = _PermutationWalk(self.classes, rng)
+        builder = _BatchBuilder(self.labels, self.samples_per_class, rng)
+        for _ in range(self.batches_per_epoch):
+            yield builder.batch(classes.take(self.classes_per_batch))
+
+
+class SuperLabelBatchSampler(torch.utils.data.Sampler):
+    """m-per-class batches whose classes come from one pair of super-labels at a time.
+
+    Paper App. A, following Cakir et al. (2019): ``batches_per_super_pair`` consecutive batches
+    are drawn from the classes of one pair of super-labels (10 for SOP with 4 samples per class,
+    4 for In-shop with 8), so a batch holds many hard negatives from similar products. The pairs
+    are visited in a random order each epoch; a pair whose two super-labels hold fewer than
+    ``batch_size // samples_per_class`` classes together is skipped.
+
+    Args:
+        labels: ``[n]`` class labels; each class must have a single super-label.
+        super_labels: ``[n]`` super-label of every item (at least two distinct values).
+        batch_size, samples_per_class, seed, batches_per_epoch: as in :class:`MPerClassBatchSampler`;
+            the last pair of an epoch is cut short to make exactly ``batches_per_epoch`` batches.
+        batches_per_super_pair: consecutive batches per pair of super-labels.
+    """
+
+    def __init__(
+        self,
+        labels,
+        super_labels,
+        batch_size: int,
+        samples_per_class: int,
+        batches_per_super_pair: int,
+        seed: int = 0,
+        batches_per_epoch: int | None = None,
+    ):
+        self.labels = _as_labels(labels, "labels")
+        self.super_labels = _as_labels(super_labels, "super_labels")
+        if self.super_labels.shape != self.labels.shape:
+            raise ValueError(f"got {len(self.labels)} labels but {len(self.super_labels)} super_labels")
+        self.classes_per_batch = _classes_per_batch(batch_size, samples_per_class)
+        self.batch_size = int(batch_size)
+        self.samples_per_class = int(samples_per_class)
+        self.batches_per_super_pair = _check_positive_int(batches_per_super_pair, "batches_per_super_pair")
+        self.seed = int(seed)
+
+        self.classes_of_super: dict[int, np.ndarray] = {}
+        for super_label in np.unique(self.super_labels):
+            self.classes_of_super[int(super_label)] = np.unique(self.labels[self.super_labels == super_label])
+        class_super_pairs = np.unique(np.stack([self.labels, self.super_labels], axis=1), axis=0)
+        classes, counts = np.unique(class_super_pairs[:, 0], return_counts=True)
+        if bool((counts > 1).any()):
+            raise ValueError(
+                f"every class needs one super-label; classes {classes[counts > 1][:5].tolist()} have several"
+            )
+        if len(self.classes_of_super) < 2:
+            raise ValueError("super-label batches need at least 2 distinct super-labels")
+        supers = sorted(self.classes_of_super)
+        self.pairs = [
+            (a, b)
+            for i, a in enumerate(supers)
+            for b in supers[i + 1 :]
+            if len(self.classes_of_super[a]) + len(self.classes_of_super[b]) >= self.classes_per_batch
+        ]
+        if not self.pairs:
+            raise ValueError(
+                f"no pair of super-labels holds {self.classes_per_batch} classes "
+                f"(batch_size {batch_size} / samples_per_class {samples_per_class}); lower the batch size"
+            )
+        self.batches_per_epoch = (
+            max(1, len(self.labels) // self.batch_size)
+            if batches_per_epoch is None
+            else _check_positive_int(batches_per_epoch, "batches_per_epoch")
+        )
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the random stream of epoch ``epoch``."""
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        builder = _BatchBuilder(self.labels, self.samples_per_class, rng)
+        pair_order = _PermutationWalk(np.arange(len(self.pairs)), rng)
+        class_walks: dict[int, _PermutationWalk] = {}
+        produced = 0
+        while produced < self.batches_per_epoch:
+            (pair,) = pair_order.take(1)
+            first, second = self.pairs[pair]
+            if pair not in class_walks:
+                pair_classes = np.concatenate([self.classes_of_super[first], self.classes_of_super[second]])
+                class_walks[pair] = _PermutationWalk(pair_classes, rng)
+            for _ in range(min(self.batches_per_super_pair, self.batches_per_epoch - produced)):
+                yield builder.batch(class_walks[pair].take(self.classes_per_batch))
+                produced += 1

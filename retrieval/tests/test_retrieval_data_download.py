@@ -1,0 +1,313 @@
+"""Downloads without a network: pinned checksums, atomic writes, safe extraction, manual-step messages."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import re
+import tarfile
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from rambo.retrieval.datasets import load_cub, load_inshop, load_sop
+from rambo.retrieval.datasets.archive import UnsafeArchiveError, extract_archive
+
+download_module = importlib.import_module("rambo.retrieval.datasets.download")
+DatasetFile, DatasetDownloadError = download_module.DatasetFile, download_module.DatasetDownloadError
+
+
+def jpeg_bytes(colour=(200, 10, 10)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4), colour).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def sop_zip(path: Path) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for split, class_id in (("train", 1), ("test", 2)):
+            name = f"bike_final/{class_id}_0.JPG"
+            archive.writestr(f"Stanford_Online_Products/{name}", jpeg_bytes())
+            archive.writestr(
+                f"Stanford_Online_Products/Ebay_{split}.txt",
+                f"image_id class_id super_class_id path\n{class_id} {class_id} 1 {name}\n",
+            )
+    return path
+
+
+def cub_tgz(path: Path) -> Path:
+    files = {
+        "CUB_200_2011/classes.txt": b"1 001.A\n2 002.B\n",
+        "CUB_200_2011/images.txt": b"1 001.A/a.jpg\n2 002.B/b.jpg\n",
+        "CUB_200_2011/image_class_labels.txt": b"1 1\n2 2\n",
+        "CUB_200_2011/images/001.A/a.jpg": jpeg_bytes(),
+        "CUB_200_2011/images/002.B/b.jpg": jpeg_bytes((0, 0, 255)),
+    }
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Every URL fails as it does offline; the calls are recorded."""
+    calls = []
+
+    def offline(url, *args, **kwargs):
+        calls.append(url)
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    return calls
+
+
+def use_table(monkeypatch, name: str, *files: DatasetFile) -> None:
+    monkeypatch.setitem(download_module.DATASETS, name, tuple(files))
+
+
+def sop_entry(urls: tuple[str, ...], checksum: str) -> DatasetFile:
+    return DatasetFile("Stanford_Online_Products.zip", urls, checksum, True, "Stanford_Online_Products/Ebay_test.txt")
+
+
+def test_pinned_table_is_well_formed():
+    assert set(download_module.DATASETS) == {"cub", "sop", "inshop"}
+    for files in download_module.DATASETS.values():
+        for item in files:
+            assert item.urls and all(url.startswith(("https://", "http://")) for url in item.urls)
+            assert item.md5 is None or re.fullmatch(r"[0-9a-f]{32}", item.md5)
+    assert download_module.DATASETS["cub"][0].md5 == "97eceeb196236b17998738112f37df78"
+    assert download_module.DATASETS["sop"][0].md5 == "7f73d41a2f44250d4779881525aea32e"
+
+
+def test_download_verifies_renames_and_extracts(tmp_path, monkeypatch):
+    archive = sop_zip(tmp_path / "served.zip")
+    use_table(monkeypatch, "sop", sop_entry((archive.as_uri(),), md5(archive)))
+    root = tmp_path / "data"
+    assert download_module.download("sop", root, show_progress=False) == root
+    assert listing(root) == [
+        "Stanford_Online_Products",
+        "Stanford_Online_Products.zip",
+        "Stanford_Online_Products/Ebay_test.txt",
+        "Stanford_Online_Products/Ebay_train.txt",
+        "Stanford_Online_Products/bike_final",
+        "Stanford_Online_Products/bike_final/1_0.JPG",
+        "Stanford_Online_Products/bike_final/2_0.JPG",
+    ]
+    assert md5(root / "Stanford_Online_Products.zip") == md5(archive)
+    assert load_sop(root, "train")[0][0].size == (4, 4)
+    # Second call: already in place, nothing fetched.
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: pytest.fail("fetched again"))
+    download_module.download("sop", root, show_progress=False)
+
+
+def test_download_tries_the_next_url_and_extracts_tar(tmp_path, monkeypatch):
+    archive = cub_tgz(tmp_path / "served.tgz")
+    urls = ((tmp_path / "missing.tgz").as_uri(), archive.as_uri())
+    entry = DatasetFile("CUB_200_2011.tgz", urls, md5(archive), True, "CUB_200_2011/images.txt")
+    use_table(monkeypatch, "cub", entry)
+    root = download_module.download("cub", tmp_path / "data", show_progress=False)
+    assert len(load_cub(root, "train")) == len(load_cub(root, "test")) == 1
+
+
+def test_offline_stops_with_manual_steps_and_leaves_nothing(tmp_path, no_network):
+    root = tmp_path / "data"
+    with pytest.raises(DatasetDownloadError) as error:
+        download_module.download("cub", root, show_progress=False)
+    message = str(error.value)
+    assert "Temporary failure in name resolution" in message
+    assert f"put it at {root / 'CUB_200_2011.tgz'}" in message
+    assert "data.caltech.edu/records/65de6-vp158/files/CUB_200_2011.tgz" in message
+    assert no_network == list(download_module.DATASETS["cub"][0].urls)
+    assert listing(root) == []
+
+
+def test_interrupted_transfer_leaves_no_partial_file(tmp_path, monkeypatch):
+    class BrokenResponse:
+        headers = {"Content-Length": "4194304"}
+
+        def __init__(self):
+            self.sent = False
+
+        def read(self, size):
+            if self.sent:
+                raise ConnectionResetError("connection reset by peer")
+            self.sent = True
+            return b"x" * size
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: BrokenResponse())
+    with pytest.raises(DatasetDownloadError, match="connection reset by peer"):
+        download_module.download("sop", tmp_path, show_progress=False)
+    assert listing(tmp_path) == []
+
+
+def test_downloaded_checksum_mismatch_is_discarded(tmp_path, monkeypatch):
+    archive = sop_zip(tmp_path / "served.zip")
+    use_table(monkeypatch, "sop", sop_entry((archive.as_uri(),), "0" * 32))
+    root = tmp_path / "data"
+    with pytest.raises(DatasetDownloadError, match=f"MD5 {md5(archive)}, expected {'0' * 32}"):
+        download_module.download("sop", root, show_progress=False)
+    assert listing(root) == []
+
+
+def test_local_archive_with_wrong_checksum_is_not_extracted(tmp_path, no_network):
+    root = tmp_path / "data"
+    root.mkdir()
+    local = sop_zip(root / "Stanford_Online_Products.zip")  # a real zip, but not the official one
+    with pytest.raises(DatasetDownloadError) as error:
+        download_module.download("sop", root, show_progress=False)
+    message = str(error.value)
+    assert f"has MD5 {md5(local)}, expected 7f73d41a2f44250d4779881525aea32e" in message
+    assert "Nothing was extracted" in message and f"put it at {local}" in message
+    assert listing(root) == ["Stanford_Online_Products.zip"]  # the user's file is left as it was
+    assert no_network == []  # a file put there by hand is never replaced by a download
+
+
+def test_local_archive_with_right_checksum_is_used(tmp_path, monkeypatch, no_network):
+    root = tmp_path / "data"
+    root.mkdir()
+    local = sop_zip(root / "Stanford_Online_Products.zip")
+    use_table(monkeypatch, "sop", sop_entry(("https://example.invalid/x.zip",), md5(local)))
+    download_module.download("sop", root, show_progress=False)
+    assert len(load_sop(root, "test")) == 1 and no_network == []
+
+
+def test_unpinned_files_need_no_verify(tmp_path, monkeypatch, capsys):
+    with pytest.raises(DatasetDownloadError, match="--no-verify"):
+        download_module.download("inshop", tmp_path / "data", show_progress=False)
+    assert not (tmp_path / "data").exists()
+
+    images = tmp_path / "img.zip"
+    with zipfile.ZipFile(images, "w") as archive:
+        archive.writestr("img/MEN/Denim/id_00000001/01_1_front.jpg", jpeg_bytes())
+        archive.writestr("img/MEN/Denim/id_00000001/01_2_side.jpg", jpeg_bytes())
+    partition = tmp_path / "list_eval_partition.txt"
+    partition.write_text(
+        "2\nimage_name item_id evaluation_status\n"
+        "img/MEN/Denim/id_00000001/01_1_front.jpg id_00000001 query\n"
+        "img/MEN/Denim/id_00000001/01_2_side.jpg id_00000001 gallery\n"
+    )
+    use_table(
+        monkeypatch,
+        "inshop",
+        DatasetFile("img.zip", (images.as_uri(),), None, True, "img"),
+        DatasetFile("list_eval_partition.txt", (partition.as_uri(),), None, False, "list_eval_partition.txt"),
+    )
+    root = download_module.download("inshop", tmp_path / "data", verify=False, show_progress=False)
+    assert load_inshop(root, "query").labels.tolist() == load_inshop(root, "gallery").labels.tolist() == [0]
+    assert f"img.zip: MD5 {md5(images)} (not verified" in capsys.readouterr().err
+
+
+def test_web_page_instead_of_file_is_refused(tmp_path, monkeypatch):
+    page = tmp_path / "quota.html"
+    page.write_text("<html>Google Drive - quota exceeded</html>")
+    entry = DatasetFile("list_eval_partition.txt", (page.as_uri(),), None, False, "list_eval_partition.txt")
+    use_table(monkeypatch, "inshop", entry)
+    with pytest.raises(DatasetDownloadError, match="web page"):
+        download_module.download("inshop", tmp_path / "data", verify=False, show_progress=False)
+    assert listing(tmp_path / "data") == []
+
+
+def test_cli_reports_manual_steps(tmp_path, no_network, capsys):
+    assert download_module.main(["sop", str(tmp_path), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: could not download Stanford_Online_Products.zip")
+    assert f"put it at {tmp_path / 'Stanford_Online_Products.zip'}" in err
+    with pytest.raises(ValueError, match="unknown dataset 'synthetic'"):
+        download_module.download("synthetic", tmp_path)
+
+
+def evil_zip(path: Path, name: str) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("good/ok.txt", "fine")
+        archive.writestr(name, "pwned")
+    return path
+
+
+def evil_tar(path: Path, kind: str) -> Path:
+    with tarfile.open(path, "w") as archive:
+        good = tarfile.TarInfo("good/ok.txt")
+        good.size = 4
+        archive.addfile(good, io.BytesIO(b"fine"))
+        names = {"dotdot": "good/../../evil.txt", "absolute": "/tmp/rambo-evil.txt"}
+        member = tarfile.TarInfo(names.get(kind, "good/link"))
+        if kind == "symlink":
+            member.type, member.linkname = tarfile.SYMTYPE, "../../outside"
+        elif kind == "hardlink":
+            member.type, member.linkname = tarfile.LNKTYPE, "../outside.txt"
+        elif kind == "device":
+            member.type = tarfile.CHRTYPE
+        else:
+            member.size = 5
+        archive.addfile(member, io.BytesIO(b"pwned") if member.isfile() else None)
+    return path
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: evil_zip(p / "a.zip", "../evil.txt"),
+        lambda p: evil_zip(p / "a.zip", "good/../../evil.txt"),
+        lambda p: evil_zip(p / "a.zip", "/tmp/rambo-evil.txt"),
+        lambda p: evil_tar(p / "a.tar", "dotdot"),
+        lambda p: evil_tar(p / "a.tar", "absolute"),
+        lambda p: evil_tar(p / "a.tar", "symlink"),
+        lambda p: evil_tar(p / "a.tar", "hardlink"),
+        lambda p: evil_tar(p / "a.tar", "device"),
+    ],
+    ids=[
+        "zip-dotdot", "zip-nested-dotdot", "zip-absolute",
+        "tar-dotdot", "tar-absolute", "tar-symlink", "tar-hardlink", "tar-device",
+    ],  # fmt: skip
+)
+def test_extraction_refuses_members_leaving_the_target(tmp_path, make):
+    archive = make(tmp_path)
+    target = tmp_path / "deep" / "target"
+    with pytest.raises(UnsafeArchiveError):
+        extract_archive(archive, target)
+    assert listing(target) == []  # not even the harmless member
+    assert sorted(p.name for p in tmp_path.iterdir()) == [archive.name, "deep"]
+    assert not Path("/tmp/rambo-evil.txt").exists()
+
+
+def test_malicious_archive_in_a_download_is_refused(tmp_path, monkeypatch):
+    archive = evil_zip(tmp_path / "served.zip", "../evil.txt")
+    use_table(monkeypatch, "sop", sop_entry((archive.as_uri(),), md5(archive)))
+    root = tmp_path / "data"
+    with pytest.raises(UnsafeArchiveError, match="outside"):
+        download_module.download("sop", root, show_progress=False)
+    assert listing(root) == ["Stanford_Online_Products.zip"] and not (tmp_path / "evil.txt").exists()
+
+
+def test_extraction_never_overwrites(tmp_path):
+    archive = evil_zip(tmp_path / "a.zip", "good/second.txt")
+    target = tmp_path / "target"
+    assert extract_archive(archive, target) == [target / "good"]
+    assert (target / "good" / "second.txt").read_text() == "pwned"
+    with pytest.raises(FileExistsError, match="already exist"):
+        extract_archive(archive, target)
+    assert listing(target) == ["good", "good/ok.txt", "good/second.txt"]
+    (tmp_path / "plain.txt").write_text("not an archive")
+    with pytest.raises(ValueError, match="neither a zip nor a tar"):
+        extract_archive(tmp_path / "plain.txt", target)

@@ -1,0 +1,172 @@
+"""Batch samplers: exact batch shape, super-label pairs, determinism, epochs, DataLoader use."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from rambo.retrieval.samplers import MPerClassBatchSampler, SuperLabelBatchSampler
+
+
+def make_labels(num_classes: int = 30, seed: int = 0, low: int = 2, high: int = 12):
+    """Class sizes like SOP (2-11 images); classes listed in shuffled order; super = class mod 5."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(num_classes), rng.integers(low, high, size=num_classes))
+    labels = labels[rng.permutation(len(labels))]
+    return labels, labels % 5
+
+
+def check_batch_shape(batch, labels, classes_per_batch, samples_per_class):
+    """Brute force: count every class in the batch."""
+    counts = Counter(int(labels[i]) for i in batch)
+    assert len(batch) == classes_per_batch * samples_per_class
+    assert len(counts) == classes_per_batch
+    assert set(counts.values()) == {samples_per_class}
+    sizes = Counter(labels.tolist())
+    for label in counts:
+        members = [i for i in batch if labels[i] == label]
+        # Repeats only where the class is too small to fill its slots.
+        assert len(set(members)) == min(samples_per_class, sizes[label])
+
+
+@pytest.mark.parametrize("batch_size, samples_per_class", [(24, 4), (24, 6), (24, 2), (16, 8), (12, 1)])
+def test_m_per_class_batches_have_exact_shape(batch_size, samples_per_class):
+    labels, _ = make_labels()
+    sampler = MPerClassBatchSampler(labels, batch_size, samples_per_class, seed=1)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == len(labels) // batch_size
+    for batch in batches:
+        assert all(isinstance(i, int) and 0 <= i < len(labels) for i in batch)
+        check_batch_shape(batch, labels, batch_size // samples_per_class, samples_per_class)
+
+
+def test_samples_per_class_is_not_classes_per_batch():
+    # 24 = 4 classes x 6 images, and 24 = 6 classes x 4 images: the two must not be swapped.
+    labels = np.repeat(np.arange(10), 8)
+    six_each = next(iter(MPerClassBatchSampler(labels, batch_size=24, samples_per_class=6)))
+    four_each = next(iter(MPerClassBatchSampler(labels, batch_size=24, samples_per_class=4)))
+    assert sorted(Counter(labels[six_each].tolist()).values()) == [6, 6, 6, 6]
+    assert sorted(Counter(labels[four_each].tolist()).values()) == [4, 4, 4, 4, 4, 4]
+
+
+def test_m_per_class_visits_classes_and_images_evenly():
+    labels = np.repeat(np.arange(12), 8)  # 12 classes x 8 images, batches of 3 classes x 4
+    batches = list(MPerClassBatchSampler(labels, batch_size=12, samples_per_class=4, seed=3, batches_per_epoch=8))
+    # Batches are grouped by class: items 0-3, 4-7, 8-11 are one class each.
+    class_visits = Counter(int(labels[batch[k]]) for batch in batches for k in (0, 4, 8))
+    assert set(class_visits.values()) == {2}  # 8 batches x 3 classes = 2 full permutations of 12
+    image_visits = Counter(i for batch in batches for i in batch)
+    assert set(image_visits.values()) == {1} and len(image_visits) == 96  # every image exactly once
+
+
+def test_deterministic_for_a_seed_and_different_across_epochs_and_seeds():
+    labels, _ = make_labels()
+    first = MPerClassBatchSampler(labels, 16, 4, seed=5)
+    second = MPerClassBatchSampler(torch.as_tensor(labels), 16, 4, seed=5)
+    assert list(first) == list(second)
+    assert list(first) == list(first)  # iterating again without set_epoch repeats the epoch
+    epoch0 = list(first)
+    first.set_epoch(1)
+    assert list(first) != epoch0
+    second.set_epoch(1)
+    assert list(first) == list(second)
+    assert list(MPerClassBatchSampler(labels, 16, 4, seed=6)) != epoch0
+
+
+def test_works_as_dataloader_batch_sampler():
+    labels = torch.arange(40) // 4
+    dataset = torch.utils.data.TensorDataset(torch.arange(40), labels)
+    sampler = MPerClassBatchSampler(labels, 8, 4, batches_per_epoch=3)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler)
+    batches = list(loader)
+    assert len(batches) == len(loader) == 3
+    for indices, batch_labels in batches:
+        assert torch.equal(batch_labels, labels[indices])
+        assert sorted(torch.bincount(batch_labels).tolist())[-2:] == [4, 4]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(batch_size=10, samples_per_class=4), r"batch_size \(10\) must be a multiple of samples_per_class \(4\)"),
+        (dict(batch_size=0, samples_per_class=4), "batch_size must be an integer >= 1"),
+        (dict(batch_size=8, samples_per_class=0), "samples_per_class must be an integer >= 1"),
+        (dict(batch_size=64, samples_per_class=2), "needs 32 distinct classes .* only 30"),
+        (dict(batch_size=8, samples_per_class=4, batches_per_epoch=0), "batches_per_epoch must be an integer >= 1"),
+    ],
+)
+def test_m_per_class_rejects_bad_shapes(kwargs, message):
+    labels, _ = make_labels()
+    with pytest.raises(ValueError, match=message):
+        MPerClassBatchSampler(labels, **kwargs)
+
+
+@pytest.mark.parametrize("labels", [[], [[0, 1]], [0.5, 1.0]])
+def test_rejects_bad_labels(labels):
+    with pytest.raises(ValueError, match="labels must"):
+        MPerClassBatchSampler(labels, 2, 1)
+
+
+@pytest.mark.parametrize("batches_per_super_pair", [1, 3, 10])
+def test_super_label_batches_come_in_runs_from_one_pair(batches_per_super_pair):
+    labels, super_labels = make_labels(num_classes=60)
+    sampler = SuperLabelBatchSampler(labels, super_labels, 16, 4, batches_per_super_pair, seed=2, batches_per_epoch=25)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == 25
+    runs = [batches[k : k + batches_per_super_pair] for k in range(0, 25, batches_per_super_pair)]
+    pairs = []
+    for run in runs:
+        supers = {int(super_labels[i]) for batch in run for i in batch}
+        # Brute force: the run's super-labels are those of one pair (a batch may by chance use one of the two).
+        assert len(supers) <= 2
+        pairs.append(supers)
+        for batch in run:
+            check_batch_shape(batch, labels, 4, 4)
+    # Runs move on to other pairs (10 possible pairs of 5 super-labels).
+    assert len({frozenset(p) for p in pairs}) > 1
+
+
+def test_super_label_run_boundaries_change_pair():
+    labels, super_labels = make_labels(num_classes=60)
+    batches = list(SuperLabelBatchSampler(labels, super_labels, 16, 4, 4, seed=0, batches_per_epoch=40))
+    run_supers = [frozenset(int(super_labels[i]) for b in batches[k : k + 4] for i in b) for k in range(0, 40, 4)]
+    assert all(len(s) == 2 for s in run_supers)  # 4 batches of 4 classes from 24 classes: both appear
+    assert all(a != b for a, b in zip(run_supers, run_supers[1:]))  # a new pair per run within an epoch
+
+
+def test_super_label_sampler_is_deterministic_and_changes_with_epoch():
+    labels, super_labels = make_labels(num_classes=60)
+    make = lambda seed: SuperLabelBatchSampler(labels, super_labels, 16, 4, 3, seed=seed)  # noqa: E731
+    sampler = make(0)
+    epoch0 = list(sampler)
+    assert epoch0 == list(make(0))
+    sampler.set_epoch(1)
+    assert list(sampler) != epoch0
+    assert list(make(1)) != epoch0
+
+
+def test_super_label_sampler_skips_pairs_too_small_for_a_batch():
+    # Super-labels 0 and 1 hold 2 classes each; 2 holds 6: only pairs with 2 can fill 6 classes.
+    labels = np.repeat(np.arange(10), 4)
+    super_labels = np.repeat([0, 0, 1, 1, 2, 2, 2, 2, 2, 2], 4)
+    sampler = SuperLabelBatchSampler(labels, super_labels, 24, 4, 2, batches_per_epoch=12)
+    assert sampler.pairs == [(0, 2), (1, 2)]
+    for batch in sampler:
+        assert 2 in {int(super_labels[i]) for i in batch}
+
+
+@pytest.mark.parametrize(
+    "labels, super_labels, message",
+    [
+        (np.repeat(np.arange(8), 4), np.zeros(32, dtype=int), "at least 2 distinct super-labels"),
+        (np.repeat(np.arange(8), 4), np.tile([0, 1], 16), r"every class needs one super-label; classes \[0, 1"),
+        (np.repeat(np.arange(8), 4), np.zeros(31, dtype=int), "32 labels but 31 super_labels"),
+        (np.repeat(np.arange(4), 4), np.repeat([0, 1, 2, 3], 4), "no pair of super-labels holds 3 classes"),
+    ],
+)
+def test_super_label_sampler_rejects_bad_input(labels, super_labels, message):
+    with pytest.raises(ValueError, match=message):
+        SuperLabelBatchSampler(labels, super_labels, 12, 4, 2)

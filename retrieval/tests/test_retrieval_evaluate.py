@@ -1,0 +1,105 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rambo.core import metrics as core_metrics
+from rambo.core.pairwise import off_diagonal
+from rambo.retrieval.evaluate import map_at_r, r_precision, recall_at_k, retrieval_metrics
+
+torch.set_num_threads(1)
+KS = (1, 2, 4, 8, 16)
+
+
+def _random_set(n=120, dim=8, classes=20, seed=0, duplicates=10):
+    g = torch.Generator().manual_seed(seed)
+    embeddings = torch.randn(n, dim, generator=g)
+    labels = torch.randint(0, classes, (n,), generator=g)
+    # exact duplicates of earlier items with the same label: the query's twin must count as a hit
+    for i in range(duplicates):
+        embeddings[n - 1 - i] = embeddings[i]
+        labels[n - 1 - i] = labels[i]
+    return embeddings, labels
+
+
+def _brute_force_same_set(embeddings, labels):
+    unit = F.normalize(embeddings.double(), dim=1)
+    scores = off_diagonal(unit @ unit.T)  # the query itself is removed from its row
+    relevant = off_diagonal(labels[:, None] == labels[None, :])
+    return scores, relevant
+
+
+def test_recall_at_k_matches_core_metrics_with_duplicates():
+    embeddings, labels = _random_set()
+    scores, relevant = _brute_force_same_set(embeddings, labels)
+    expected = core_metrics.recall_at_k(scores, relevant, KS)
+    got = recall_at_k(embeddings, labels, KS)
+    assert got.keys() == expected.keys()
+    for k in KS:
+        assert got[k] == pytest.approx(expected[k])
+
+
+def test_map_at_r_and_r_precision_match_core_metrics():
+    embeddings, labels = _random_set(seed=1)
+    scores, relevant = _brute_force_same_set(embeddings, labels)
+    assert map_at_r(embeddings, labels) == pytest.approx(core_metrics.map_at_r(scores, relevant))
+    assert r_precision(embeddings, labels) == pytest.approx(core_metrics.r_precision(scores, relevant))
+
+
+def test_recall_against_a_plain_loop():
+    embeddings, labels = _random_set(n=40, classes=6, seed=2, duplicates=4)
+    unit = F.normalize(embeddings.double(), dim=1)
+    found = {k: [] for k in KS}
+    for q in range(len(labels)):
+        others = [i for i in range(len(labels)) if i != q]
+        if not any(labels[i] == labels[q] for i in others):
+            continue
+        ranked = sorted(others, key=lambda i: -float(unit[q] @ unit[i]))
+        for k in KS:
+            found[k].append(any(labels[i] == labels[q] for i in ranked[:k]))
+    got = recall_at_k(embeddings, labels, KS)
+    for k in KS:
+        assert got[k] == pytest.approx(np.mean(found[k]))
+
+
+def test_query_is_masked_not_first_column_dropped():
+    # item 0 and item 1 are identical but of different classes; items 2, 3 share class 0 with 0.
+    embeddings = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.8, 0.6], [0.6, 0.8], [0.0, 1.0]])
+    labels = torch.tensor([0, 1, 0, 0, 1])
+    got = recall_at_k(embeddings, labels, (1,))
+    # nearest other item: 0 -> 1 (miss), 1 -> 0 (miss), 2 -> 0 or 3 (hit), 3 -> 2 (hit), 4 -> 3 (miss)
+    assert got[1] == pytest.approx(2 / 5)
+    scores, relevant = _brute_force_same_set(embeddings, labels)
+    assert got[1] == pytest.approx(core_metrics.recall_at_k(scores, relevant, (1,))[1])
+
+
+def test_query_vs_gallery_matches_core_metrics():
+    gallery, gallery_labels = _random_set(n=80, classes=15, seed=3)
+    g = torch.Generator().manual_seed(4)
+    queries = torch.randn(30, 8, generator=g)
+    query_labels = torch.randint(0, 15, (30,), generator=g)
+    queries[:5] = gallery[:5]  # a query equal to a gallery item is a legitimate neighbour
+    scores = F.normalize(queries.double(), dim=1) @ F.normalize(gallery.double(), dim=1).T
+    relevant = query_labels[:, None] == gallery_labels[None, :]
+    got = retrieval_metrics(gallery, gallery_labels, KS, queries, query_labels)
+    expected = core_metrics.recall_at_k(scores, relevant, KS)
+    for k in KS:
+        assert got[f"R@{k}"] == pytest.approx(expected[k])
+    assert got["MAP@R"] == pytest.approx(core_metrics.map_at_r(scores, relevant))
+    assert got["R-precision"] == pytest.approx(core_metrics.r_precision(scores, relevant))
+
+
+def test_bad_input_raises_value_error():
+    embeddings, labels = _random_set(n=10, duplicates=0)
+    with pytest.raises(ValueError, match="labels"):
+        recall_at_k(embeddings, labels[:5], (1,))
+    with pytest.raises(ValueError, match="K must be"):
+        recall_at_k(embeddings, labels, (0,))
+    with pytest.raises(ValueError, match="query_labels"):
+        recall_at_k(embeddings, labels, (1,), query_embeddings=embeddings)
+    bad = embeddings.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        recall_at_k(bad, labels, (1,))
