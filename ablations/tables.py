@@ -18,10 +18,10 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import yaml
+from rambo.core.atomic import write_text_atomically
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paper_numbers import TABLES, Cell, Table  # noqa: E402
@@ -84,13 +84,6 @@ def markdown(built: dict, profile: str, labels: dict, seeds: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
-        handle.write(text)
-    os.replace(handle.name, path)
-
-
 def wandb_mode(requested: str) -> str:
     """Decide the W&B mode before any init: never wait on the network."""
     if requested != "auto":
@@ -126,16 +119,16 @@ def main(argv: list[str] | None = None) -> None:
     for table in TABLES:
         built = build_table(table, args.runs, run_map, seeds)
         text = markdown(built, profile, labels, seeds)
-        write_atomically(args.out / f"{table.key}.md", text)
-        write_atomically(args.out / f"{table.key}.json", json.dumps({"profile": profile, **built}, indent=2) + "\n")
+        write_text_atomically(args.out / f"{table.key}.md", text)
+        write_text_atomically(args.out / f"{table.key}.json", json.dumps({"profile": profile, **built}, indent=2) + "\n")
         built_tables.append(built)
         sections.append(text)
         for row in built["rows"]:
             for column, cell in zip(built["columns"], row["cells"]):
                 if cell["status"] == "ok":
                     summary[f"{table.key}/{row['label']}/{column}"] = round(cell["mean"], 2)
-    write_atomically(args.out / "tables.md", f"## Reproduced tables (profile `{profile}`)\n\n" + "\n".join(sections))
-    write_atomically(args.out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    write_text_atomically(args.out / "tables.md", f"## Reproduced tables (profile `{profile}`)\n\n" + "\n".join(sections))
+    write_text_atomically(args.out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     mode = wandb_mode(args.wandb_mode)
     if mode != "disabled":
         log_to_wandb(built_tables, mode, args.wandb_project, {"profile": profile, "seeds": seeds})

@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import resource
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from .ap_loss import APLoss
+from .atomic import write_text_atomically
 
 # Paper Table 6: AP forward+backward, "1 Xeon Gold CPU core at 2.2GHz" and "a Tesla V100", ms.
 PAPER_TABLE_6 = {
@@ -163,13 +162,6 @@ def markdown_table(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
-        handle.write(text)
-    os.replace(handle.name, path)
-
-
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[1e5, 1e6, 1e7])
@@ -205,9 +197,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     table = markdown_table(rows, meta)
     print(table)
     if args.out:
-        _write_atomically(args.out, json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+        write_text_atomically(args.out, json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     if args.markdown:
-        _write_atomically(args.markdown, table)
+        write_text_atomically(args.markdown, table)
     return rows
 
 

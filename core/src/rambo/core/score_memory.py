@@ -23,13 +23,38 @@ from .pairwise import check_labels, pairwise_scores
 from .validation import check_scores_and_relevance
 
 
-def _check_tau(tau: int) -> int:
-    if int(tau) != tau or tau < 0:
-        raise ValueError(f"tau (number of remembered batches) must be an integer >= 0, got {tau}")
-    return int(tau)
+class _BatchMemory(torch.nn.Module):
+    """The last ``tau`` batches as pairs of detached tensors, saved with ``state_dict()``."""
+
+    def __init__(self, loss: torch.nn.Module, tau: int):
+        super().__init__()
+        if int(tau) != tau or tau < 0:
+            raise ValueError(f"tau (number of remembered batches) must be an integer >= 0, got {tau}")
+        self.loss = loss
+        self.tau = int(tau)
+        self._batches: deque[tuple[torch.Tensor, torch.Tensor]] = deque(maxlen=max(self.tau, 1))
+
+    def remember(self, first: torch.Tensor, second: torch.Tensor) -> None:
+        """Store one batch (detached), only in training mode and when ``tau > 0``."""
+        if self.training and self.tau:
+            self._batches.append((first.detach(), second.detach()))
+
+    def remembered(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return list(self._batches) if self.tau else []
+
+    def reset(self) -> None:
+        """Forget every remembered batch."""
+        self._batches.clear()
+
+    def get_extra_state(self) -> dict:
+        return {"batches": [(a.cpu(), b.cpu()) for a, b in self._batches]}
+
+    def set_extra_state(self, state: dict) -> None:
+        self._batches.clear()
+        self._batches.extend(state["batches"])
 
 
-class ScoreMemory(torch.nn.Module):
+class ScoreMemory(_BatchMemory):
     """Wraps a loss called as ``loss(scores, relevant)``; extends its ranked dimension by memory.
 
     Args:
@@ -38,35 +63,20 @@ class ScoreMemory(torch.nn.Module):
     """
 
     def __init__(self, loss: torch.nn.Module, tau: int):
-        super().__init__()
-        self.loss = loss
-        self.tau = _check_tau(tau)
+        super().__init__(loss, tau)
         self.dim = getattr(loss, "ranked_dim", -1)
-        self._batches: deque[tuple[torch.Tensor, torch.Tensor]] = deque(maxlen=max(self.tau, 1))
 
     def forward(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
         check_scores_and_relevance(scores, relevant)
-        remembered = list(self._batches) if self.tau else []
-        all_scores = torch.cat([scores] + [s.to(scores.dtype) for s, _ in remembered], dim=self.dim)
-        all_relevant = torch.cat([relevant] + [r for _, r in remembered], dim=self.dim)
+        remembered = self.remembered()
+        all_scores = torch.cat([scores] + [s.to(scores.device, scores.dtype) for s, _ in remembered], dim=self.dim)
+        all_relevant = torch.cat([relevant] + [r.to(relevant.device) for _, r in remembered], dim=self.dim)
         value = self.loss(all_scores, all_relevant)
-        if self.training and self.tau:
-            self._batches.append((scores.detach(), relevant.detach()))
+        self.remember(scores, relevant)
         return value
 
-    def reset(self) -> None:
-        """Forget every remembered batch."""
-        self._batches.clear()
 
-    def get_extra_state(self) -> dict:
-        return {"batches": [(s.cpu(), r.cpu()) for s, r in self._batches]}
-
-    def set_extra_state(self, state: dict) -> None:
-        self._batches.clear()
-        self._batches.extend(state["batches"])
-
-
-class EmbeddingMemory(torch.nn.Module):
+class EmbeddingMemory(_BatchMemory):
     """Wraps a loss called as ``loss(scores, relevant)``; call it as ``memory(embeddings, labels)``.
 
     Each of the ``B`` current embeddings is a query; its row ranks the ``B - 1`` other current
@@ -76,18 +86,13 @@ class EmbeddingMemory(torch.nn.Module):
         loss: e.g. ``RecallLoss``. tau: number of previous batches remembered (paper: 3).
     """
 
-    def __init__(self, loss: torch.nn.Module, tau: int):
-        super().__init__()
-        self.loss = loss
-        self.tau = _check_tau(tau)
-        self._batches: deque[tuple[torch.Tensor, torch.Tensor]] = deque(maxlen=max(self.tau, 1))
-
     def scores_and_relevance(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``[B, B - 1 + M]`` scores and relevance that the wrapped loss receives."""
         scores, relevant = pairwise_scores(embeddings, labels)
-        if self.tau and self._batches:
-            memory = torch.cat([e for e, _ in self._batches]).to(embeddings.device, embeddings.dtype)
-            memory_labels = torch.cat([l for _, l in self._batches]).to(labels.device)
+        remembered = self.remembered()
+        if remembered:
+            memory = torch.cat([e for e, _ in remembered]).to(embeddings.device, embeddings.dtype)
+            memory_labels = torch.cat([l for _, l in remembered]).to(labels.device)
             unit = F.normalize(embeddings, dim=1)
             scores = torch.cat([scores, unit @ memory.transpose(0, 1)], dim=1)
             relevant = torch.cat([relevant, labels.unsqueeze(1) == memory_labels.unsqueeze(0)], dim=1)
@@ -96,17 +101,5 @@ class EmbeddingMemory(torch.nn.Module):
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         check_labels(embeddings, labels)
         value = self.loss(*self.scores_and_relevance(embeddings, labels))
-        if self.training and self.tau:
-            self._batches.append((F.normalize(embeddings.detach(), dim=1), labels.detach()))
+        self.remember(F.normalize(embeddings.detach(), dim=1), labels)
         return value
-
-    def reset(self) -> None:
-        """Forget every remembered batch."""
-        self._batches.clear()
-
-    def get_extra_state(self) -> dict:
-        return {"batches": [(e.cpu(), l.cpu()) for e, l in self._batches]}
-
-    def set_extra_state(self, state: dict) -> None:
-        self._batches.clear()
-        self._batches.extend(state["batches"])
