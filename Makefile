@@ -10,7 +10,7 @@ TEST_DIRS := $(wildcard $(addsuffix /tests,$(SUBPROJECTS)) figures/tests ablatio
 PROFILE ?= mini
 BENCH_ARGS ?=
 
-.PHONY: help install test test-slow bench
+.PHONY: help install test test-slow bench reproduce
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -32,3 +32,11 @@ test-slow: install ## run the tests marked slow as well
 
 bench: install ## AP-loss speed benchmark vs the reference algorithm and one float32 sort (BENCH_ARGS="--with-1e8 --device cuda")
 	$(PY) -m rambo.core.benchmark --out core/benchmarks/ap_loss.json --markdown core/benchmarks/ap_loss.md $(BENCH_ARGS)
+
+reproduce: install ## run the pipeline: PROFILE=mini (default; CPU, synthetic data) or PROFILE=paper (GPUs, real data)
+	$(PY) ablations/set_profile.py $(PROFILE)
+	@start=$$(date +%s); PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro; status=$$?; \
+	  echo "pipeline finished in $$(( $$(date +%s) - start )) s (exit $$status)"; exit $$status
+	@echo "tables:  results/tables/tables.md (one Markdown and JSON file per table beside it)"
+	@echo "figures: figures/out/"
+	@echo "report:  results/README.md"

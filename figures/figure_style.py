@@ -1,0 +1,77 @@
+"""Shared look of every figure: the Agg backend, the Okabe-Ito palette, and atomic PNG + PDF output.
+
+The Okabe-Ito colours stay distinguishable under the common forms of colour blindness; sequential
+maps use ``cividis`` for the same reason. Figures are written through a temporary file and
+``os.replace`` so that an interrupted run never leaves a half-written figure for DVC to cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: scripts run headless in tests and pipeline stages
+import matplotlib.pyplot as plt  # noqa: E402
+
+OKABE_ITO = {
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "bluish_green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "reddish_purple": "#CC79A7",
+}
+# Correct / relevant is bluish green, wrong / irrelevant vermillion (the paper's green / red).
+POSITIVE = OKABE_ITO["bluish_green"]
+NEGATIVE = OKABE_ITO["vermillion"]
+SEQUENTIAL_MAP = "cividis"
+
+plt.rcParams.update(
+    {
+        "figure.dpi": 100,
+        "savefig.dpi": 150,
+        "font.size": 9,
+        "axes.titlesize": 10,
+        "axes.labelsize": 9,
+        "legend.fontsize": 8,
+        "axes.prop_cycle": matplotlib.cycler(color=list(OKABE_ITO.values())[1:] + ["#000000"]),
+    }
+)
+
+
+def _replace_atomically(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    os.close(handle)
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def save_figure(fig, out_dir: Path, name: str) -> list[Path]:
+    """Write ``fig`` as ``<out_dir>/<name>.png`` and ``.pdf``; close it; return the two paths."""
+    paths = [Path(out_dir) / f"{name}.{ext}" for ext in ("png", "pdf")]
+    for path in paths:
+        _replace_atomically(path, lambda temporary, ext=path.suffix[1:]: fig.savefig(temporary, format=ext, bbox_inches="tight"))
+    plt.close(fig)
+    return paths
+
+
+def save_numbers(numbers: dict, out_dir: Path, name: str) -> Path:
+    """Write the numbers behind a figure as ``<out_dir>/<name>.json`` (read by tests and DVC metrics)."""
+    path = Path(out_dir) / f"{name}.json"
+
+    def write(temporary):
+        Path(temporary).write_text(json.dumps(numbers, indent=2) + "\n")
+
+    _replace_atomically(path, write)
+    return path
