@@ -45,6 +45,14 @@ def _normalise(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
+def _flat_inner_product_index(dim: int):
+    """Exact inner-product index; on every GPU when faiss-gpu (the ``gpu`` extra) sees one."""
+    index = faiss.IndexFlatIP(dim)
+    if faiss.get_num_gpus() > 0:
+        index = faiss.index_cpu_to_all_gpus(index)
+    return index
+
+
 def neighbour_relevance(embeddings, labels, k: int, query_embeddings=None, query_labels=None):
     """Relevance of each query's ``k`` nearest gallery items and its number of relevant items.
 
@@ -69,7 +77,7 @@ def neighbour_relevance(embeddings, labels, k: int, query_embeddings=None, query
         raise ValueError(f"need k >= 1 and a non-empty gallery, got k={k}, gallery size {available}")
     k = min(int(k), available)
 
-    index = faiss.IndexFlatIP(gallery.shape[1])
+    index = _flat_inner_product_index(gallery.shape[1])
     index.add(gallery)
     # One extra neighbour when the query is in the gallery, so that masking it leaves k.
     search_k = min(k + int(same_set), gallery.shape[0])
@@ -168,7 +176,7 @@ def compute_embeddings(model: torch.nn.Module, dataset, batch_size: int = 256, n
     return torch.cat(embeddings), torch.cat(labels)
 
 
-def evaluate_model(model, dataset_name: str, splits: dict, ks, batch_size: int = 256, num_workers: int = 0, device="cpu"):
+def evaluate_model(model, splits: dict, ks, batch_size: int = 256, num_workers: int = 0, device="cpu"):
     """Metrics of ``model`` on a test split: ``splits`` maps "test" (or "query" and "gallery") to datasets."""
     if "query" in splits:
         gallery, gallery_labels = compute_embeddings(model, splits["gallery"], batch_size, num_workers, device)
@@ -178,7 +186,7 @@ def evaluate_model(model, dataset_name: str, splits: dict, ks, batch_size: int =
     return retrieval_metrics(embeddings, labels, ks)
 
 
-def write_json_atomic(data: dict, path: str | Path) -> None:
+def write_json_atomic(data: dict | list, path: str | Path) -> None:
     """Write ``data`` as JSON through a temporary file renamed into place (never half-written)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -210,7 +218,7 @@ def main(argv=None) -> dict:
         splits = {s: load_dataset(args.dataset, args.root, s, transform=transform) for s in ("query", "gallery")}
     else:
         splits = {"test": load_dataset(args.dataset, args.root, "test", transform=transform)}
-    metrics = evaluate_model(model, args.dataset, splits, args.ks or PAPER_KS[args.dataset], args.batch_size)
+    metrics = evaluate_model(model, splits, args.ks or PAPER_KS[args.dataset], args.batch_size)
     print(json.dumps(metrics, indent=2, sort_keys=True))
     if args.out:
         write_json_atomic(metrics, args.out)

@@ -12,13 +12,12 @@ validation split of the training classes; two protocols are reported, labelled:
 * ``fair_protocol``: the test metrics of the evaluation with the best *validation* R@1.
 
 Outputs (paths from the config): ``metrics_path`` (JSON, read by the DVC pipeline),
-``curve_path`` (JSON lines, one per epoch), ``checkpoint_path`` (every epoch, atomic; ``resume``
+``curve_path`` (a JSON list, one record per epoch), ``checkpoint_path`` (every epoch, atomic; ``resume``
 continues from it to the same final metrics) and ``best_validation.pt`` beside it.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ from .two_pass import two_pass_backward
 from .validation_split import split_validation_classes
 from .wandb_run import start_run
 
+CONFIG_DIR = Path(__file__).parent / "configs"
 PAPER_PROTOCOL = "best test R@1 over the periodic evaluations (Kim et al. 2018; the paper's reporting)"
 FAIR_PROTOCOL = "test metrics of the evaluation with the best R@1 on a class-disjoint validation split"
 
@@ -72,11 +72,13 @@ def build_batch_sampler(cfg: DictConfig, train_set) -> torch.utils.data.Sampler:
     if sampler.name == "super_label" and train_set.super_labels is not None:
         return SuperLabelBatchSampler(
             train_set.labels, train_set.super_labels, cfg.batch_size, sampler.samples_per_class,
-            sampler.batches_per_super_pair, seed=cfg.seed,
+            sampler.batches_per_super_pair, seed=cfg.seed, batches_per_epoch=cfg.steps_per_epoch,
         )  # fmt: skip
     if sampler.name not in ("super_label", "m_per_class"):
         raise ValueError(f"dataset.sampler.name must be 'super_label' or 'm_per_class', got {sampler.name!r}")
-    return MPerClassBatchSampler(train_set.labels, cfg.batch_size, sampler.samples_per_class, seed=cfg.seed)
+    return MPerClassBatchSampler(
+        train_set.labels, cfg.batch_size, sampler.samples_per_class, seed=cfg.seed, batches_per_epoch=cfg.steps_per_epoch
+    )
 
 
 def build_optimizer(cfg: DictConfig, model) -> torch.optim.Optimizer:
@@ -102,11 +104,24 @@ def select_protocols(history: list[dict]) -> dict:
     return result
 
 
-def _write_curve(path: Path, curve: list[dict]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in curve))
-    tmp.replace(path)
+# Keys that may change between a killed run and its resumption without changing the result.
+_RUN_ONLY_KEYS = ("resume", "max_epochs_this_run", "output_dir", "metrics_path", "curve_path",
+                  "checkpoint_path", "device", "num_workers", "wandb")  # fmt: skip
+
+
+def check_resumable(saved: dict, current: dict) -> None:
+    """``ValueError`` naming the differing keys unless the checkpoint's run configuration equals
+    this run's (apart from ``_RUN_ONLY_KEYS``): resuming another configuration would silently mix
+    two experiments."""
+    differing = sorted(
+        key for key in set(saved) | set(current)
+        if key not in _RUN_ONLY_KEYS and saved.get(key) != current.get(key)
+    )  # fmt: skip
+    if differing:
+        raise ValueError(
+            f"checkpoint configuration differs from this run's in {differing}; "
+            "use another checkpoint_path or resume=false to start over"
+        )
 
 
 def _evaluate(cfg, model, splits, device) -> dict:
@@ -116,7 +131,7 @@ def _evaluate(cfg, model, splits, device) -> dict:
         embeddings, labels = compute_embeddings(model, splits["validation"], cfg.batch_size, cfg.num_workers, device)
         record["validation"] = retrieval_metrics(embeddings, labels, ks)
     test = {k: v for k, v in splits.items() if k in ("test", "query", "gallery")}
-    record["test"] = evaluate_model(model, cfg.dataset.name, test, ks, cfg.batch_size, cfg.num_workers, device)
+    record["test"] = evaluate_model(model, test, ks, cfg.batch_size, cfg.num_workers, device)
     return record
 
 
@@ -146,21 +161,25 @@ def train(cfg: DictConfig) -> dict:
     trained = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) if setup.is_distributed else model
 
     checkpoint_path = Path(cfg.checkpoint_path)
-    start_epoch, history, curve = 1, [], []
+    start_epoch, history, curve, wandb_id = 1, [], [], None
+    resolved = OmegaConf.to_container(cfg, resolve=True)
     if cfg.resume and checkpoint_path.is_file():
         state = load_checkpoint(checkpoint_path)
+        check_resumable(state["config"], resolved)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         loss_fn.load_state_dict(state["loss"])
         start_epoch, history, curve = state["epoch"] + 1, state["history"], state["curve"]
         set_rng_states(state["rng"])
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+        wandb_id = state.get("wandb_id")
     run = None
     if setup.is_main:
+        Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
         run = start_run(
             cfg.wandb.mode, cfg.wandb.project, group=cfg.experiment_name, job_type=cfg.wandb.job_type,
             name=f"{cfg.experiment_name}-seed{cfg.seed}", config=resolved, directory=str(Path(cfg.output_dir)),
+            run_id=wandb_id,
         )  # fmt: skip
 
     epochs_this_run = 0
@@ -200,10 +219,10 @@ def train(cfg: DictConfig) -> dict:
             save_checkpoint(
                 {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                  "loss": loss_fn.state_dict(), "epoch": epoch, "history": history, "curve": curve,
-                 "rng": rng_states(), "config": resolved},
+                 "rng": rng_states(), "config": resolved, "wandb_id": run.id if run is not None else None},
                 checkpoint_path,
             )  # fmt: skip
-            _write_curve(Path(cfg.curve_path), curve)
+            write_json_atomic(curve, cfg.curve_path)
             if run is not None:
                 run.log(row, step=epoch)
         if setup.is_distributed:
@@ -225,7 +244,7 @@ def train(cfg: DictConfig) -> dict:
 
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> None:  # noqa: D103 (the Hydra entry point; see the module docstring)
     train(cfg)
 
 

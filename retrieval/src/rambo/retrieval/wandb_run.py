@@ -31,8 +31,9 @@ def decide_mode(requested: str) -> str:
     return "online" if _has_api_key() else "offline"
 
 
-def start_run(mode: str, project: str, group: str, job_type: str, name: str, config: dict, directory: str):
-    """``wandb.init`` with group = experiment, one run per seed; ``None`` when disabled."""
+def start_run(mode: str, project: str, group: str, job_type: str, name: str, config: dict, directory: str, run_id=None):
+    """``wandb.init`` with group = experiment, one run per seed; ``None`` when disabled.
+    ``run_id`` (from the checkpoint) continues the same W&B run after ``resume=true``."""
     mode = decide_mode(mode)
     if mode == "disabled":
         return None
@@ -40,5 +41,5 @@ def start_run(mode: str, project: str, group: str, job_type: str, name: str, con
 
     return wandb.init(
         mode=mode, project=project, group=group, job_type=job_type, name=name, config=config, dir=directory,
-        settings=wandb.Settings(init_timeout=60, silent=True),
+        id=run_id, resume="allow" if run_id else None, settings=wandb.Settings(init_timeout=60, silent=True),
     )  # fmt: skip

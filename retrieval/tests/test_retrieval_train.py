@@ -1,0 +1,159 @@
+import json
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from rambo.retrieval import evaluate
+from rambo.retrieval.train import CONFIG_DIR, select_protocols, train
+from rambo.retrieval.wandb_run import decide_mode, start_run
+
+torch.set_num_threads(1)
+EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
+
+
+def compose_config(overrides):
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+def tiny(data_dir, out, *extra):
+    return compose_config(["profile=tiny", f"data_dir={data_dir}", f"output_dir={out}", "wandb.mode=disabled", *extra])
+
+
+def test_tiny_run_writes_metrics_curve_and_checkpoints(data_dir, tmp_path):
+    cfg = tiny(data_dir, tmp_path)
+    metrics = train(cfg)
+    assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+    assert metrics["complete"] and metrics["epochs_trained"] == 2
+    for protocol in ("paper_protocol", "fair_protocol"):
+        assert {"R@1", "R@2", "R@4", "MAP@R", "R-precision", "epoch", "description"} <= metrics[protocol].keys()
+        assert 0.0 <= metrics[protocol]["R@1"] <= 1.0
+    curve = json.loads((tmp_path / "curve.json").read_text())
+    assert [row["epoch"] for row in curve] == [1, 2]
+    assert all("test/R@1" in row and "validation/R@1" in row for row in curve)  # eval_every = 1
+    assert (tmp_path / "checkpoint.pt").is_file() and (tmp_path / "best_validation.pt").is_file()
+    assert not list(tmp_path.glob("*.tmp"))
+
+    # the evaluate CLI on the final checkpoint reproduces the last test evaluation
+    out = tmp_path / "eval.json"
+    root = str(data_dir / "synthetic_tiny")
+    cli = evaluate.main(["--checkpoint", str(tmp_path / "checkpoint.pt"), "--dataset", "synthetic", "--root", root,
+                         "--ks", "1", "2", "4", "--out", str(out)])  # fmt: skip
+    assert json.loads(out.read_text()) == cli
+    assert cli["R@1"] == pytest.approx(curve[-1]["test/R@1"])
+
+
+def test_resume_after_a_kill_reaches_the_same_final_metrics(data_dir, tmp_path):
+    extra = ["epochs=3", "scheduler.milestones=[2]", "eval_every=1"]
+    uninterrupted = train(tiny(data_dir, tmp_path / "a", *extra))
+    # "killed" after epoch 1 (the checkpoint of epoch 1 is on disk), then resumed
+    partial = train(tiny(data_dir, tmp_path / "b", *extra, "max_epochs_this_run=1"))
+    assert not partial["complete"] and partial["epochs_trained"] == 1
+    resumed = train(tiny(data_dir, tmp_path / "b", *extra, "resume=true"))
+    assert resumed == uninterrupted
+    a = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=False)
+    b = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    for name, tensor in a["model"].items():
+        torch.testing.assert_close(b["model"][name], tensor, rtol=0, atol=0, msg=name)
+    assert len(b["loss"]["_extra_state"]["batches"]) == 3  # the RaMBO score memory travels too
+
+
+def test_resume_refuses_a_checkpoint_of_another_configuration(data_dir, tmp_path):
+    train(tiny(data_dir, tmp_path, "max_epochs_this_run=1"))
+    with pytest.raises(ValueError, match=r"differs from this run's in \['seed'\]"):
+        train(tiny(data_dir, tmp_path, "resume=true", "seed=1"))
+    # run-only keys (paths, device, W&B, the early stop) may change
+    assert train(tiny(data_dir, tmp_path, "resume=true", "num_workers=0", "wandb.mode=disabled"))["complete"]
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_config_runs_one_step(experiment, data_dir, tmp_path):
+    cfg = tiny(data_dir, tmp_path, f"experiment={experiment}", "epochs=1", "steps_per_epoch=1", "two_pass_chunk_size=3")
+    metrics = train(cfg)
+    assert metrics["epochs_trained"] == 1 and 0.0 <= metrics["paper_protocol"]["R@1"] <= 1.0
+
+
+def test_experiment_configs_carry_the_paper_settings():
+    rows = {
+        "sop_log": (3e-6, 0.02, 4.0, "log"), "cub_log": (5e-6, 0.02, 0.2, "log"),
+        "inshop_loglog": (1e-5, 0.05, 0.2, "loglog"),
+    }  # fmt: skip
+    for experiment, (lr, margin, lam, weighting) in rows.items():
+        cfg = compose_config([f"experiment={experiment}", "profile=paper", "output_dir=x"])
+        assert cfg.optimizer.lr == lr and cfg.optimizer.weight_decay == 4e-4 and cfg.batch_size == 128
+        assert cfg.loss.module.loss.margin == margin and cfg.loss.module.loss.lam == lam
+        assert cfg.loss.module.loss.weighting == weighting and cfg.loss.module.tau == 3
+        assert cfg.epochs == 80 and list(cfg.scheduler.milestones) == [35] and cfg.scheduler.gamma == 0.3
+        assert cfg.model.backbone == "resnet50" and cfg.model.embedding_dim == 512
+
+
+def test_slurm_launcher_config_composes():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=["hydra/launcher=slurm", "output_dir=x"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
+    assert cfg.hydra.launcher.gpus_per_node == 1
+
+
+def test_protocols_pick_best_test_and_best_validation():
+    history = [
+        {"epoch": 2, "validation": {"R@1": 0.5}, "test": {"R@1": 0.3}},
+        {"epoch": 4, "validation": {"R@1": 0.7}, "test": {"R@1": 0.2}},
+        {"epoch": 6, "validation": {"R@1": 0.6}, "test": {"R@1": 0.4}},
+    ]
+    chosen = select_protocols(history)
+    assert chosen["paper_protocol"]["epoch"] == 6 and chosen["paper_protocol"]["R@1"] == 0.4
+    assert chosen["fair_protocol"]["epoch"] == 4 and chosen["fair_protocol"]["R@1"] == 0.2
+
+
+def test_wandb_mode_is_decided_before_init(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    assert decide_mode("auto") == "offline"
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert decide_mode("auto") == "online"
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert decide_mode("auto") == "disabled"
+    assert decide_mode("offline") == "offline"
+    assert start_run("disabled", "p", "g", "train", "n", {}, str(tmp_path)) is None
+    with pytest.raises(ValueError, match="wandb.mode"):
+        decide_mode("sometimes")
+
+
+def _tiny_inshop(root):
+    """list_eval_partition.txt (count, header, rows) + img/<GENDER>/<Category>/<item>/ images."""
+    from PIL import Image
+
+    rows = []
+    categories = ["MEN/Denim", "MEN/Tees", "WOMEN/Dresses", "WOMEN/Skirts"]
+    for c, category in enumerate(categories):
+        for i in range(6):
+            item = f"id_{c:03d}{i:05d}"
+            statuses = ["train"] * 3 if i < 4 else ["query", "gallery", "gallery"]
+            for j, status in enumerate(statuses):
+                name = f"img/{category}/{item}/{j:02d}_front.jpg"
+                (root / name).parent.mkdir(parents=True, exist_ok=True)
+                Image.new("RGB", (20, 20), (40 * c + 10 * j, 30 * i, 90)).save(root / name)
+                rows.append(f"{name:<60}{item} {status}")
+    (root / "list_eval_partition.txt").write_text(
+        "\n".join([str(len(rows)), "image_name item_id evaluation_status", *rows]) + "\n"
+    )
+
+
+def test_inshop_row_trains_and_evaluates_query_against_gallery(tmp_path):
+    _tiny_inshop(tmp_path / "inshop")
+    cfg = tiny(tmp_path, tmp_path / "out", "experiment=inshop_log", "dataset.format=inshop",
+               f"dataset.root={tmp_path / 'inshop'}", "dataset.generate=null", "epochs=1")  # fmt: skip
+    metrics = train(cfg)
+    assert cfg.dataset.ks == [1, 2, 4] and metrics["complete"]
+    # 8 query items with one query each: R@K is a multiple of 1/8
+    for k in (1, 2, 4):
+        assert (metrics["paper_protocol"][f"R@{k}"] * 8) == pytest.approx(round(metrics["paper_protocol"][f"R@{k}"] * 8))
+    assert metrics["paper_protocol"]["R@4"] >= metrics["paper_protocol"]["R@1"]
