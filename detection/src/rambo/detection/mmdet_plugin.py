@@ -1,0 +1,57 @@
+"""mmdetection plugin: the RaMBO classifier loss registered in ``mmdet.registry.MODELS``.
+
+Use in an mmdet 3.x config (install with ``pip install rambo-detection[mmdet]``)::
+
+    custom_imports = dict(imports=["rambo.detection.mmdet_plugin"], allow_failed_imports=False)
+    model = dict(roi_head=dict(bbox_head=dict(
+        loss_cls=dict(_delete_=True, type="RaMBOClassifierLoss", num_classes=20))))
+
+The loss is called as mmdet calls ``loss_cls``: ``cls_score [N, C+1]`` logits with background in
+the last column, ``labels [N]`` with background = C, ``label_weights [N]``, ``avg_factor``. It ranks
+the C object logits (see :mod:`rambo.detection.rank_classifier_loss`), so it also tells the bbox head
+how to score detections (``custom_cls_channels`` / ``get_activation``, the hook mmdet offers for
+losses such as Seesaw): the sigmoid of the object logits, which keeps their order, with the unused
+background column set to 0. A rank loss fixes the order of scores, not their level: set
+``test_cfg.rcnn.score_thr=0.0``.
+"""
+
+from __future__ import annotations
+
+import torch
+from mmdet.registry import MODELS
+
+from .mmdet_inputs import select_weighted_rois
+from .rank_classifier_loss import RankClassifierLoss
+
+
+@MODELS.register_module()
+class RaMBOClassifierLoss(torch.nn.Module):
+    """``loss_weight * (map_weight * L_mAP + apc_weight * L_AP-C)`` with score memory (paper 5.2).
+
+    ``avg_factor`` and ``reduction_override`` are accepted and ignored: the rank losses are
+    already means (over classes and relevant items), so there is nothing to normalise.
+    """
+
+    def __init__(self, num_classes: int, margin: float = 0.15, lam: float = 0.5, tau: int = 7,
+                 map_weight: float = 2.0, apc_weight: float = 1.0, loss_weight: float = 1.0):
+        super().__init__()
+        self.loss = RankClassifierLoss(num_classes, background_label=num_classes, margin=margin, lam=lam, tau=tau,
+                                       map_weight=map_weight, apc_weight=apc_weight)
+        self.loss_weight = float(loss_weight)
+
+    custom_cls_channels = True  # mmdet then asks get_cls_channels and scores with get_activation
+    custom_activation = False  # mmdet's usual accuracy is kept
+    custom_accuracy = False
+
+    def get_cls_channels(self, num_classes: int) -> int:
+        return num_classes + 1
+
+    def get_activation(self, cls_score: torch.Tensor) -> torch.Tensor:
+        """``[N, C+1]`` logits -> scores: sigmoid of the object logits, 0 in the background column."""
+        scores = torch.sigmoid(cls_score)
+        scores[:, -1] = 0.0
+        return scores
+
+    def forward(self, cls_score, label, weight=None, avg_factor=None, reduction_override=None, **kwargs):
+        cls_score, label = select_weighted_rois(cls_score, label, weight)
+        return self.loss_weight * self.loss(cls_score, label)

@@ -1,0 +1,70 @@
+"""Faster R-CNN with FPN (torchvision) whose RoI classifier loss is ``ce`` or ``rambo`` (paper 5.2)."""
+
+from __future__ import annotations
+
+from torchvision.models.detection import FasterRCNN
+from torchvision.models.detection.anchor_utils import AnchorGenerator
+from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
+from torchvision.ops import MultiScaleRoIAlign
+
+from .backbones import build_backbone
+from .rank_classifier_loss import RankClassifierLoss
+from .roi_heads import ConfigurableLossRoIHeads, CrossEntropyClassifierLoss
+
+LOSSES = ("ce", "rambo")
+
+
+def build_classifier_loss(loss, num_classes: int):
+    """``loss.name`` ``ce`` (softmax cross-entropy) or ``rambo`` (``2 L_mAP + 1 L_AP-C``, score memory)."""
+    if loss["name"] == "ce":
+        return CrossEntropyClassifierLoss()
+    if loss["name"] == "rambo":
+        return RankClassifierLoss(
+            num_classes, background_label=0, margin=loss["margin"], lam=loss["lam"], tau=loss["tau"],
+            map_weight=loss["map_weight"] * loss.get("loss_weight", 1.0), apc_weight=loss["apc_weight"] * loss.get("loss_weight", 1.0),
+        )
+    raise ValueError(f"unknown classifier loss {loss['name']!r}; choose from {LOSSES}")
+
+
+def build_detector(model, loss, num_classes: int) -> FasterRCNN:
+    """Faster R-CNN + FPN from the ``model`` and ``loss`` config groups (see ``conf/``).
+
+    ``num_classes``: C object classes; the predictor has C + 1 outputs (torchvision: background 0).
+    The RPN, the box head and the box-regression loss are torchvision's; only the classifier loss
+    of the RoI heads is swapped (:class:`ConfigurableLossRoIHeads`).
+    """
+    backbone = build_backbone(
+        model["backbone"], pretrained=model["pretrained"], weights_path=model.get("weights_path"),
+        trainable_layers=model["trainable_layers"], fpn_channels=model["fpn_channels"],
+    )
+    # One anchor size per FPN level (P2..P6) and three aspect ratios, as torchvision's default.
+    anchor_sizes = tuple((int(size),) for size in model["anchor_sizes"])
+    anchors = AnchorGenerator(anchor_sizes, ((0.5, 1.0, 2.0),) * len(anchor_sizes))
+    roi_pool = MultiScaleRoIAlign(featmap_names=["0", "1", "2", "3"], output_size=7, sampling_ratio=2)
+    box_head = TwoMLPHead(backbone.out_channels * 7 * 7, model["representation_size"])
+    box_predictor = FastRCNNPredictor(model["representation_size"], num_classes + 1)
+    detector = FasterRCNN(
+        backbone,
+        min_size=model["min_size"],
+        max_size=model["max_size"],
+        rpn_anchor_generator=anchors,
+        rpn_pre_nms_top_n_train=model["rpn_pre_nms_top_n_train"],
+        rpn_post_nms_top_n_train=model["rpn_post_nms_top_n_train"],
+        rpn_pre_nms_top_n_test=model["rpn_pre_nms_top_n_test"],
+        rpn_post_nms_top_n_test=model["rpn_post_nms_top_n_test"],
+        box_roi_pool=roi_pool,
+        box_head=box_head,
+        box_predictor=box_predictor,
+    )
+    detector.roi_heads = ConfigurableLossRoIHeads(
+        roi_pool, box_head, box_predictor,
+        # torchvision's Faster R-CNN defaults for sampling and matching
+        fg_iou_thresh=0.5, bg_iou_thresh=0.5, batch_size_per_image=model["box_batch_size_per_image"],
+        positive_fraction=0.25, bbox_reg_weights=None,
+        score_thresh=model["box_score_thresh"], nms_thresh=0.5, detections_per_img=model["box_detections_per_img"],
+        classifier_loss=build_classifier_loss(loss, num_classes),
+        # detections are ranked by the score the classifier loss trained (see ConfigurableLossRoIHeads)
+        score_function="softmax" if loss["name"] == "ce" else "logit",
+        candidates_per_image=10 * model["box_detections_per_img"],
+    )
+    return detector

@@ -1,0 +1,85 @@
+"""RoI heads whose classifier loss is chosen by config; box regression stays torchvision's.
+
+:class:`ConfigurableLossRoIHeads` subclasses torchvision's ``RoIHeads`` and replaces only the
+classification term of the training loss: proposals are sampled, pooled and classified exactly as
+in the parent, and the box-regression loss is torchvision's own ``fastrcnn_loss`` term. Inference
+is the parent's, except for the score that ranks detections, which must be the score the loss
+trained (``score_function``): the softmax probability for cross-entropy, the object-class logit
+for the rank loss. Nothing in torchvision is patched.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torchvision.models.detection.roi_heads import RoIHeads, fastrcnn_loss
+from torchvision.ops import boxes as box_ops
+
+SCORE_FUNCTIONS = ("softmax", "logit")
+
+
+class CrossEntropyClassifierLoss(torch.nn.Module):
+    """The baseline: softmax cross-entropy over C + 1 columns, ``loss(class_logits [N, C+1], labels [N])``."""
+
+    def forward(self, class_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(class_logits, labels)
+
+
+class ConfigurableLossRoIHeads(RoIHeads):
+    """``RoIHeads`` with ``classifier_loss(class_logits [N, C+1], labels [N])`` in place of CE.
+
+    Takes ``RoIHeads``' arguments plus ``classifier_loss`` and ``score_function``:
+
+    * ``softmax``: torchvision's post-processing (softmax over C + 1 columns, ``score_thresh``).
+    * ``logit``: detections ranked by the object-class logits, the scores a rank loss trains. A
+      rank loss fixes the order of scores, not their level, so no score threshold is applied;
+      the ``candidates_per_image`` best (box, class) pairs go to NMS instead. Output ``scores``
+      are these logits (a sigmoid would keep the order but tie saturated values in float32).
+
+    Masks and keypoints are not supported.
+    """
+
+    def __init__(self, *args, classifier_loss: torch.nn.Module, score_function: str = "softmax",
+                 candidates_per_image: int = 1000, **kwargs):
+        super().__init__(*args, **kwargs)
+        if score_function not in SCORE_FUNCTIONS:
+            raise ValueError(f"score_function must be one of {SCORE_FUNCTIONS}, got {score_function!r}")
+        self.classifier_loss = classifier_loss
+        self.score_function = score_function
+        self.candidates_per_image = int(candidates_per_image)
+
+    def postprocess_detections(self, class_logits, box_regression, proposals, image_shapes):
+        """``class_logits [R, C+1]``, ``box_regression [R, 4 (C+1)]`` -> per image boxes, scores, labels."""
+        if self.score_function == "softmax":
+            return super().postprocess_detections(class_logits, box_regression, proposals, image_shapes)
+        num_classes = class_logits.shape[1] - 1
+        counts = [len(p) for p in proposals]
+        decoded = self.box_coder.decode(box_regression, proposals).reshape(-1, num_classes + 1, 4)
+        all_boxes, all_scores, all_labels = [], [], []
+        for boxes, logits, shape in zip(decoded.split(counts), class_logits.split(counts), image_shapes):
+            # Every (RoI, object class) pair is a candidate detection; column 0 (background) is unused.
+            boxes = box_ops.clip_boxes_to_image(boxes[:, 1:], shape).reshape(-1, 4)
+            scores = logits[:, 1:].reshape(-1)
+            labels = torch.arange(1, num_classes + 1, device=logits.device).repeat(logits.shape[0])
+            best = scores.topk(min(self.candidates_per_image, scores.numel())).indices
+            boxes, scores, labels = boxes[best], scores[best], labels[best]
+            keep = box_ops.remove_small_boxes(boxes, min_size=1e-2)
+            boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
+            keep = box_ops.batched_nms(boxes, scores, labels, self.nms_thresh)[: self.detections_per_img]
+            all_boxes.append(boxes[keep])
+            all_scores.append(scores[keep])
+            all_labels.append(labels[keep])
+        return all_boxes, all_scores, all_labels
+
+    def forward(self, features, proposals, image_shapes, targets=None):
+        if not self.training:
+            return super().forward(features, proposals, image_shapes, targets)
+        if targets is None:
+            raise ValueError("targets are required in training mode")
+        proposals, _, labels, regression_targets = self.select_training_samples(proposals, targets)
+        box_features = self.box_head(self.box_roi_pool(features, proposals, image_shapes))
+        class_logits, box_regression = self.box_predictor(box_features)
+        # Box regression: torchvision's own term (its cross-entropy output is discarded).
+        _, loss_box_reg = fastrcnn_loss(class_logits, box_regression, labels, regression_targets)
+        loss_classifier = self.classifier_loss(class_logits, torch.cat(labels, dim=0))
+        return [], {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg}

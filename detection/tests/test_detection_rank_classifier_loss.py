@@ -1,0 +1,125 @@
+import pytest
+import torch
+
+from rambo.detection.mmdet_inputs import select_weighted_rois
+from rambo.detection.rank_classifier_loss import MAPAndAPCLoss, RankClassifierLoss, labels_to_relevance
+
+
+def brute_relevance(labels, num_classes, background_label):
+    rows = []
+    for label in labels.tolist():
+        row = [False] * num_classes
+        if label != background_label:
+            row[label - 1 if background_label == 0 else label] = True
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.bool).reshape(len(rows), num_classes)
+
+
+@pytest.mark.parametrize("background_label", [0, 4])
+def test_labels_to_relevance_matches_brute_force(background_label):
+    labels = torch.tensor([0, 1, 2, 3, 4, 4, 0, 2])
+    relevant = labels_to_relevance(labels, 4, background_label)
+    assert torch.equal(relevant, brute_relevance(labels, 4, background_label))
+    assert not relevant[labels == background_label].any()  # background: negative in every column
+
+
+def test_labels_to_relevance_rejects_bad_labels():
+    with pytest.raises(ValueError, match="lie in 0..3"):
+        labels_to_relevance(torch.tensor([0, 5]), 3, 0)
+    with pytest.raises(ValueError, match="background_label"):
+        labels_to_relevance(torch.tensor([0, 1]), 3, 1)
+    with pytest.raises(ValueError, match="1-d"):
+        labels_to_relevance(torch.zeros(2, 2, dtype=torch.long), 3, 0)
+
+
+def brute_ap_loss(scores, relevant, margin):
+    """1 - AP of one ranking by Eq. 14, 21, 22: relevant scores shifted down by margin/2, others up."""
+    shifted = [s - margin / 2 if r else s + margin / 2 for s, r in zip(scores, relevant)]
+    precisions = []
+    for s, r in zip(shifted, relevant):
+        if r:
+            rank = 1 + sum(t > s for t in shifted)
+            rank_relevant = 1 + sum(t > s for t, q in zip(shifted, relevant) if q)
+            precisions.append(rank_relevant / rank)
+    return 1 - sum(precisions) / len(precisions)
+
+
+def brute_map_and_apc(scores, relevant, margin, map_weight=2.0, apc_weight=1.0):
+    columns = [c for c in range(scores.shape[1]) if relevant[:, c].any()]
+    map_loss = sum(brute_ap_loss(scores[:, c].tolist(), relevant[:, c].tolist(), margin) for c in columns) / len(columns)
+    apc_loss = brute_ap_loss(scores.flatten().tolist(), relevant.flatten().tolist(), margin)
+    return map_weight * map_loss + apc_weight * apc_loss
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("margin", [0.0, 0.15])
+def test_map_and_apc_matches_brute_force(dtype, margin):
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        scores = torch.rand(12, 4, generator=generator, dtype=dtype)
+        relevant = labels_to_relevance(torch.randint(0, 5, (12,), generator=generator), 4, 0)
+        if not relevant.any():
+            continue
+        value = MAPAndAPCLoss(margin=margin, lam=0.5)(scores, relevant)
+        assert float(value) == pytest.approx(brute_map_and_apc(scores, relevant, margin), abs=1e-6)
+
+
+def test_rank_classifier_loss_ranks_object_logits():
+    generator = torch.Generator().manual_seed(1)
+    logits = torch.randn(10, 4, generator=generator, dtype=torch.float64)  # C = 3, background column 0
+    labels = torch.tensor([0, 1, 2, 3, 0, 0, 1, 3, 2, 0])
+    loss = RankClassifierLoss(3, background_label=0, margin=0.15, lam=0.5, tau=0)
+    expected = brute_map_and_apc(logits[:, 1:], brute_relevance(labels, 3, 0), 0.15)
+    assert float(loss(logits, labels)) == pytest.approx(expected)
+    # mmdet's convention (background last) on the same RoIs gives the same value.
+    mmdet = RankClassifierLoss(3, background_label=3, margin=0.15, lam=0.5, tau=0)
+    mmdet_labels = torch.where(labels == 0, 3, labels - 1)
+    assert float(mmdet(logits[:, [1, 2, 3, 0]], mmdet_labels)) == pytest.approx(expected)
+    with pytest.raises(ValueError, match=r"\[N, 4\]"):
+        loss(logits[:, :3], labels)
+
+
+def test_gradient_reaches_object_logits_only_and_lowers_the_loss():
+    generator = torch.Generator().manual_seed(2)
+    logits = torch.randn(40, 5, generator=generator, requires_grad=True)
+    labels = torch.randint(0, 5, (40,), generator=generator)
+    loss = RankClassifierLoss(4, tau=0)
+    value = loss(logits, labels)
+    value.backward()
+    value = value.detach()
+    assert logits.grad[:, 0].abs().sum() == 0 and logits.grad[:, 1:].abs().sum() > 0
+    with torch.no_grad():
+        stepped = logits - 5.0 * logits.grad
+    assert float(loss(stepped, labels)) < float(value)
+
+
+def test_score_memory_extends_the_ranking_with_previous_batches():
+    generator = torch.Generator().manual_seed(3)
+    batches = [(torch.randn(8, 4, generator=generator, dtype=torch.float64), torch.randint(0, 4, (8,), generator=generator)) for _ in range(3)]
+    loss = RankClassifierLoss(3, tau=2).train()
+    values = [float(loss(logits, labels)) for logits, labels in batches]
+    # Third call: the current batch followed by the two remembered ones, ranked together.
+    scores = torch.cat([b[0][:, 1:] for b in (batches[2], batches[0], batches[1])])
+    relevant = torch.cat([brute_relevance(b[1], 3, 0) for b in (batches[2], batches[0], batches[1])])
+    assert values[2] == pytest.approx(brute_map_and_apc(scores, relevant, 0.15))
+    state = loss.state_dict()
+    restored = RankClassifierLoss(3, tau=2)
+    restored.load_state_dict(state)
+    # The memory now holds batches 1 and 2 (tau = 2) and travels with the state dict.
+    scores = torch.cat([b[0][:, 1:] for b in batches])
+    relevant = torch.cat([brute_relevance(b[1], 3, 0) for b in batches])
+    assert float(restored(*batches[0])) == pytest.approx(brute_map_and_apc(scores, relevant, 0.15))
+
+
+def test_select_weighted_rois_for_mmdet_arguments():
+    cls_score = torch.arange(15.0).reshape(5, 3)
+    labels = torch.tensor([0, 2, 1, 2, 0])
+    kept_scores, kept_labels = select_weighted_rois(cls_score, labels, torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0]))
+    assert torch.equal(kept_scores, cls_score[[0, 2, 3]]) and kept_labels.tolist() == [0, 1, 2]
+    assert select_weighted_rois(cls_score, labels, None)[0] is cls_score
+    with pytest.raises(ValueError, match="other than 0 and 1"):
+        select_weighted_rois(cls_score, labels, torch.full((5,), 0.5))
+    with pytest.raises(ValueError, match=r"labels must be \[N\]"):
+        select_weighted_rois(cls_score, labels[:3], None)
+    with pytest.raises(ValueError, match="cls_score"):
+        select_weighted_rois(cls_score[:, :1], labels, None)

@@ -1,0 +1,114 @@
+import pytest
+import torch
+from omegaconf import OmegaConf
+from torchvision.models.detection.roi_heads import RoIHeads
+from torchvision.ops import box_iou
+
+from rambo.detection.model import build_classifier_loss, build_detector
+from rambo.detection.rank_classifier_loss import RankClassifierLoss
+from rambo.detection.roi_heads import ConfigurableLossRoIHeads
+
+MODEL = OmegaConf.create({
+    "backbone": "resnet18", "pretrained": False, "weights_path": None, "trainable_layers": 5, "fpn_channels": 16,
+    "representation_size": 32, "min_size": 64, "max_size": 64, "anchor_sizes": [8, 16, 32, 64, 128],
+    "rpn_pre_nms_top_n_train": 100, "rpn_post_nms_top_n_train": 50, "rpn_pre_nms_top_n_test": 100,
+    "rpn_post_nms_top_n_test": 50, "box_batch_size_per_image": 32, "box_score_thresh": 0.0, "box_detections_per_img": 20,
+})
+RAMBO = OmegaConf.create({"name": "rambo", "margin": 0.15, "lam": 0.5, "tau": 7, "map_weight": 2.0, "apc_weight": 1.0})
+
+
+def heads_inputs(detector):
+    torch.manual_seed(0)
+    images = [torch.rand(3, 64, 64), torch.rand(3, 64, 64)]
+    targets = [{"boxes": torch.tensor([[4.0, 4.0, 30.0, 30.0], [30.0, 20.0, 60.0, 50.0]]), "labels": torch.tensor([1, 3])},
+               {"boxes": torch.tensor([[10.0, 10.0, 40.0, 50.0]]), "labels": torch.tensor([2])}]
+    image_list, targets = detector.transform(images, targets)
+    features = detector.backbone(image_list.tensors)
+    proposals = [torch.tensor([[0.0, 0.0, 32.0, 32.0], [5.0, 5.0, 28.0, 31.0], [20.0, 20.0, 60.0, 60.0], [1.0, 40.0, 20.0, 60.0]])] * 2
+    return features, proposals, image_list.image_sizes, targets
+
+
+def parent_and_child_losses(loss_config):
+    detector = build_detector(MODEL, loss_config, num_classes=3).train()
+    features, proposals, sizes, targets = heads_inputs(detector)
+    torch.manual_seed(1)  # the RoI sampler draws from the global generator
+    _, parent = RoIHeads.forward(detector.roi_heads, features, proposals, sizes, targets)
+    torch.manual_seed(1)
+    _, child = detector.roi_heads(features, proposals, sizes, targets)
+    return detector, parent, child
+
+
+def test_ce_configuration_reproduces_torchvision_losses_exactly():
+    detector, parent, child = parent_and_child_losses(OmegaConf.create({"name": "ce"}))
+    assert isinstance(detector.roi_heads, ConfigurableLossRoIHeads)
+    assert parent.keys() == child.keys() == {"loss_classifier", "loss_box_reg"}
+    for key in parent:
+        torch.testing.assert_close(child[key], parent[key])
+
+
+def test_rambo_configuration_changes_only_the_classifier_loss():
+    detector, parent, child = parent_and_child_losses(RAMBO)
+    assert isinstance(detector.roi_heads.classifier_loss, RankClassifierLoss)
+    torch.testing.assert_close(child["loss_box_reg"], parent["loss_box_reg"])  # box regression untouched
+    assert not torch.allclose(child["loss_classifier"], parent["loss_classifier"])
+    child["loss_classifier"].backward()
+    assert detector.roi_heads.box_predictor.cls_score.weight.grad.abs().sum() > 0
+    assert detector.roi_heads.box_predictor.bbox_pred.weight.grad is None  # the rank loss reaches only scores
+
+
+def test_ce_inference_is_torchvision_inference():
+    detector = build_detector(MODEL, OmegaConf.create({"name": "ce"}), num_classes=3).eval()
+    assert detector.roi_heads.score_function == "softmax"
+    features, proposals, sizes, _ = heads_inputs(detector)
+    with torch.no_grad():
+        ours, _ = detector.roi_heads(features, proposals, sizes)
+        reference, _ = RoIHeads.forward(detector.roi_heads, features, proposals, sizes)
+    for a, b in zip(ours, reference):
+        for key in ("boxes", "scores", "labels"):
+            torch.testing.assert_close(a[key], b[key])
+    with pytest.raises(ValueError, match="targets are required"):
+        detector.roi_heads.train()(features, proposals, sizes)
+
+
+def test_unknown_loss_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown classifier loss 'focal'"):
+        build_classifier_loss({"name": "focal"}, 3)
+
+
+def brute_logit_detections(heads, class_logits, box_regression, proposals, image_shape):
+    """The definition, one (RoI, class) pair at a time: decode, clip, best candidates, NMS per class."""
+    decoded = heads.box_coder.decode(box_regression, [proposals]).reshape(len(proposals), -1, 4)
+    candidates = []
+    for roi in range(len(proposals)):
+        for label in range(1, class_logits.shape[1]):
+            box = decoded[roi, label].clone()
+            box[0::2] = box[0::2].clamp(0, image_shape[1])
+            box[1::2] = box[1::2].clamp(0, image_shape[0])
+            candidates.append((float(class_logits[roi, label]), label, box))
+    candidates.sort(key=lambda c: -c[0])
+    candidates = [c for c in candidates[: heads.candidates_per_image] if (c[2][2] - c[2][0]) >= 1e-2 and (c[2][3] - c[2][1]) >= 1e-2]
+    kept = []
+    for score, label, box in candidates:  # greedy NMS within each class
+        if all(other[1] != label or float(box_iou(box[None], other[2][None])) <= heads.nms_thresh for other in kept):
+            kept.append((score, label, box))
+    return kept[: heads.detections_per_img]
+
+
+def test_rambo_inference_ranks_by_the_trained_object_logits():
+    detector = build_detector(MODEL, RAMBO, num_classes=3).eval()
+    heads = detector.roi_heads
+    assert heads.score_function == "logit" and heads.candidates_per_image == 200
+    generator = torch.Generator().manual_seed(4)
+    proposals = torch.rand(30, 2, generator=generator) * 40
+    proposals = torch.cat([proposals, proposals + 4 + torch.rand(30, 2, generator=generator) * 20], dim=1)
+    class_logits = torch.randn(30, 4, generator=generator) * 3
+    box_regression = torch.randn(30, 16, generator=generator) * 0.1
+    heads.detections_per_img, heads.candidates_per_image = 15, 40
+    boxes, scores, labels = heads.postprocess_detections(class_logits, box_regression, [proposals], [(64, 64)])
+    expected = brute_logit_detections(heads, class_logits, box_regression, proposals, (64, 64))
+    assert [round(s, 5) for s in scores[0].tolist()] == [round(e[0], 5) for e in expected]
+    assert labels[0].tolist() == [e[1] for e in expected]
+    torch.testing.assert_close(boxes[0], torch.stack([e[2] for e in expected]))
+    with pytest.raises(ValueError, match="score_function"):
+        ConfigurableLossRoIHeads(heads.box_roi_pool, heads.box_head, heads.box_predictor, 0.5, 0.5, 8, 0.25, None,
+                                 0.0, 0.5, 10, classifier_loss=heads.classifier_loss, score_function="sigmoid")
