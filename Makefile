@@ -20,8 +20,8 @@ install: $(STAMP) ## create .venv with the pinned requirements and every sub-pro
 
 $(STAMP): environments/requirements.txt $(addsuffix /pyproject.toml,$(SUBPROJECTS))
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -r environments/requirements.txt
-	$(VENV)/bin/pip install --no-deps $(addprefix -e ./,$(SUBPROJECTS))
+	$(VENV)/bin/pip install -q -r environments/requirements.txt
+	$(VENV)/bin/pip install -q --no-deps $(addprefix -e ./,$(SUBPROJECTS))
 	touch $@
 
 test: install ## run every sub-project's tests (the README's test command; CI runs exactly this)
