@@ -103,6 +103,10 @@ def test_resume_continues_to_the_same_result(data_root, tmp_path):
     assert resumed["history"] == straight["history"] and resumed["map50"] == straight["map50"]
     with pytest.raises(ValueError, match=r"different configuration \(loss.lam: 0.5 -> 2.5"):
         train(compose_config(base + ["schedule.epochs=3", "resume=true", "loss.lam=2.5", f"output_dir={tmp_path / 'resumed'}"]))
+    # resume=auto (the pipeline's) sets such a checkpoint aside and starts over instead of failing
+    restarted = train(compose_config(base + ["schedule.epochs=1", "resume=auto", "loss.lam=2.5", f"output_dir={tmp_path / 'resumed'}"]))
+    assert (tmp_path / "resumed" / "checkpoint.pt.stale").is_file()
+    assert len(restarted["history"]) == 1
 
 
 def rank_loss_training_run(folder: Path, iterations: int, seed: int = 0):

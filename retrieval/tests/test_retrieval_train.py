@@ -72,6 +72,15 @@ def test_resume_refuses_a_checkpoint_of_another_configuration(data_dir, tmp_path
     assert train(tiny(data_dir, tmp_path, "resume=true", "num_workers=0", "wandb.mode=disabled"))["complete"]
 
 
+def test_resume_auto_sets_a_checkpoint_of_another_configuration_aside(data_dir, tmp_path):
+    """The pipeline's mode: a changed parameter restarts the run instead of failing the stage."""
+    fresh = train(tiny(data_dir, tmp_path / "fresh", "seed=1"))
+    train(tiny(data_dir, tmp_path / "run", "max_epochs_this_run=1"))
+    restarted = train(tiny(data_dir, tmp_path / "run", "resume=auto", "seed=1"))
+    assert (tmp_path / "run" / "checkpoint.pt.stale").is_file()
+    assert restarted == fresh
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_config_runs_one_step(experiment, data_dir, tmp_path):
     cfg = tiny(data_dir, tmp_path, f"experiment={experiment}", "epochs=1", "steps_per_epoch=1", "two_pass_chunk_size=3")

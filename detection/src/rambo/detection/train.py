@@ -139,9 +139,19 @@ def train(cfg: DictConfig) -> dict:
     checkpoint_path = Path(cfg.checkpoint_path)
     identity = run_identity(cfg)
     start_epoch, train_seconds, train_images, history = 0, 0.0, 0, []
-    if cfg.resume and checkpoint_path.is_file():
-        state = load_checkpoint(checkpoint_path)
-        check_same_run(state["config"], identity, checkpoint_path)
+    state = load_checkpoint(checkpoint_path) if cfg.resume and checkpoint_path.is_file() else None
+    if state is not None:
+        try:
+            check_same_run(state["config"], identity, checkpoint_path)
+        except ValueError as error:
+            if cfg.resume != "auto":
+                raise
+            # resume=auto (the pipeline's): a checkpoint of another configuration is set aside.
+            stale = checkpoint_path.with_name(checkpoint_path.name + ".stale")
+            os.replace(checkpoint_path, stale)
+            print(f"{error}: moved it to {stale} and starting over", flush=True)
+            state = None
+    if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])

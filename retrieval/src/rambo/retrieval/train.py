@@ -18,6 +18,7 @@ continues from it to the same final metrics) and ``best_validation.pt`` beside i
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from pathlib import Path
@@ -163,9 +164,19 @@ def train(cfg: DictConfig) -> dict:
     checkpoint_path = Path(cfg.checkpoint_path)
     start_epoch, history, curve, wandb_id = 1, [], [], None
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    if cfg.resume and checkpoint_path.is_file():
-        state = load_checkpoint(checkpoint_path)
-        check_resumable(state["config"], resolved)
+    state = load_checkpoint(checkpoint_path) if cfg.resume and checkpoint_path.is_file() else None
+    if state is not None:
+        try:
+            check_resumable(state["config"], resolved)
+        except ValueError as error:
+            if cfg.resume != "auto":
+                raise
+            # resume=auto (the pipeline's): a checkpoint of another configuration is set aside.
+            stale = checkpoint_path.with_name(checkpoint_path.name + ".stale")
+            os.replace(checkpoint_path, stale)
+            print(f"{error}: moved it to {stale} and starting over", flush=True)
+            state = None
+    if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
