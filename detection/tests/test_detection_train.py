@@ -103,6 +103,12 @@ def test_resume_continues_to_the_same_result(data_root, tmp_path):
     assert resumed["history"] == straight["history"] and resumed["map50"] == straight["map50"]
     with pytest.raises(ValueError, match=r"different configuration \(loss.lam: 0.5 -> 2.5"):
         train(compose_config(base + ["schedule.epochs=3", "resume=true", "loss.lam=2.5", f"output_dir={tmp_path / 'resumed'}"]))
+    # a finished run resumed after its outputs were deleted (a DVC rerun) writes them again
+    (tmp_path / "resumed" / "metrics.json").unlink()
+    (tmp_path / "resumed" / "curve.json").unlink()
+    again = train(compose_config(base + ["schedule.epochs=2", "resume=true", f"output_dir={tmp_path / 'resumed'}"]))
+    assert again["history"] == resumed["history"] and again["map50"] == resumed["map50"]
+    assert json.loads((tmp_path / "resumed" / "curve.json").read_text()) == resumed["history"]
     # resume=auto (the pipeline's) sets such a checkpoint aside and starts over instead of failing
     restarted = train(compose_config(base + ["schedule.epochs=1", "resume=auto", "loss.lam=2.5", f"output_dir={tmp_path / 'resumed'}"]))
     assert (tmp_path / "resumed" / "checkpoint.pt.stale").is_file()

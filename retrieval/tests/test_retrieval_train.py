@@ -72,6 +72,16 @@ def test_resume_refuses_a_checkpoint_of_another_configuration(data_dir, tmp_path
     assert train(tiny(data_dir, tmp_path, "resume=true", "num_workers=0", "wandb.mode=disabled"))["complete"]
 
 
+def test_resuming_a_finished_run_rewrites_the_same_metrics_and_curve(data_dir, tmp_path):
+    """A pipeline stage rerun after its outputs were deleted must write them again."""
+    train(tiny(data_dir, tmp_path))
+    before = {name: (tmp_path / name).read_text() for name in ("metrics.json", "curve.json")}
+    for name in before:
+        (tmp_path / name).unlink()
+    train(tiny(data_dir, tmp_path, "resume=auto"))
+    assert {name: (tmp_path / name).read_text() for name in before} == before
+
+
 def test_resume_auto_sets_a_checkpoint_of_another_configuration_aside(data_dir, tmp_path):
     """The pipeline's mode: a changed parameter restarts the run instead of failing the stage."""
     fresh = train(tiny(data_dir, tmp_path / "fresh", "seed=1"))

@@ -199,6 +199,7 @@ def train(cfg: DictConfig) -> dict:
                          "train_images": train_images, "history": history, "config": identity}, checkpoint_path)
         write_json_atomic(history, cfg.curve_path)
 
+    write_json_atomic(history, cfg.curve_path)  # also when a resumed run had no epoch left to train
     start = time.perf_counter()
     predictions, ground_truths = collect_detections(model, test_set, device, cfg.schedule.batch_size, cfg.progress)
     eval_seconds = time.perf_counter() - start

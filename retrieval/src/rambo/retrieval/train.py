@@ -245,6 +245,7 @@ def train(cfg: DictConfig) -> dict:
         "complete": last_epoch == cfg.epochs, **select_protocols(history),
     }  # fmt: skip
     if setup.is_main:
+        write_json_atomic(curve, cfg.curve_path)  # also when a resumed run had no epoch left to train
         write_json_atomic(metrics, cfg.metrics_path)
         if run is not None:
             run.summary.update({k: v for k, v in metrics.items() if not isinstance(v, dict)})
