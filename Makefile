@@ -10,7 +10,7 @@ TEST_DIRS := $(wildcard $(addsuffix /tests,$(SUBPROJECTS)) figures/tests ablatio
 PROFILE ?= mini
 BENCH_ARGS ?=
 
-.PHONY: help install test test-slow bench reproduce
+.PHONY: help install test test-slow bench reproduce figures
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -40,3 +40,6 @@ reproduce: install ## run the pipeline: PROFILE=mini (default; CPU, synthetic da
 	@echo "tables:  results/tables/tables.md (one Markdown and JSON file per table beside it)"
 	@echo "figures: figures/out/"
 	@echo "report:  results/README.md"
+
+figures: install ## rebuild every figure (their DVC stages, and whatever they depend on that is out of date)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro figure_1 figure_2 figure_3 figure_4 figure_5 figure_6 table_6
