@@ -96,7 +96,31 @@ class _BatchBuilder:
         return indices
 
 
-class MPerClassBatchSampler(torch.utils.data.Sampler):
+class _EpochBatchSampler(torch.utils.data.Sampler):
+    """What both samplers share: labels, batch geometry, ``batches_per_epoch`` and the epoch stream."""
+
+    def __init__(self, labels, batch_size: int, samples_per_class: int, seed: int, batches_per_epoch: int | None):
+        self.labels = _as_labels(labels, "labels")
+        self.classes_per_batch = _classes_per_batch(batch_size, samples_per_class)
+        self.batch_size = int(batch_size)
+        self.samples_per_class = int(samples_per_class)
+        self.seed = int(seed)
+        self.batches_per_epoch = (
+            max(1, len(self.labels) // self.batch_size)
+            if batches_per_epoch is None
+            else _check_positive_int(batches_per_epoch, "batches_per_epoch")
+        )
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the random stream of epoch ``epoch``."""
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+
+class MPerClassBatchSampler(_EpochBatchSampler):
     """Batches of ``batch_size // samples_per_class`` classes x ``samples_per_class`` images.
 
     Args:
@@ -116,30 +140,13 @@ class MPerClassBatchSampler(torch.utils.data.Sampler):
         seed: int = 0,
         batches_per_epoch: int | None = None,
     ):
-        self.labels = _as_labels(labels, "labels")
-        self.classes_per_batch = _classes_per_batch(batch_size, samples_per_class)
-        self.batch_size = int(batch_size)
-        self.samples_per_class = int(samples_per_class)
+        super().__init__(labels, batch_size, samples_per_class, seed, batches_per_epoch)
         self.classes = np.unique(self.labels)
         if self.classes_per_batch > len(self.classes):
             raise ValueError(
                 f"a batch needs {self.classes_per_batch} distinct classes (batch_size {batch_size} / "
                 f"samples_per_class {samples_per_class}) but the labels have only {len(self.classes)}"
             )
-        self.seed = int(seed)
-        self.batches_per_epoch = (
-            max(1, len(self.labels) // self.batch_size)
-            if batches_per_epoch is None
-            else _check_positive_int(batches_per_epoch, "batches_per_epoch")
-        )
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the random stream of epoch ``epoch``."""
-        self.epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return self.batches_per_epoch
 
     def __iter__(self) -> Iterator[list[int]]:
         rng = np.random.default_rng([self.seed, self.epoch])
@@ -149,7 +156,7 @@ class MPerClassBatchSampler(torch.utils.data.Sampler):
             yield builder.batch(classes.take(self.classes_per_batch))
 
 
-class SuperLabelBatchSampler(torch.utils.data.Sampler):
+class SuperLabelBatchSampler(_EpochBatchSampler):
     """m-per-class batches whose classes come from one pair of super-labels at a time.
 
     Paper App. A, following Cakir et al. (2019): ``batches_per_super_pair`` consecutive batches
@@ -176,15 +183,11 @@ class SuperLabelBatchSampler(torch.utils.data.Sampler):
         seed: int = 0,
         batches_per_epoch: int | None = None,
     ):
-        self.labels = _as_labels(labels, "labels")
+        super().__init__(labels, batch_size, samples_per_class, seed, batches_per_epoch)
         self.super_labels = _as_labels(super_labels, "super_labels")
         if self.super_labels.shape != self.labels.shape:
             raise ValueError(f"got {len(self.labels)} labels but {len(self.super_labels)} super_labels")
-        self.classes_per_batch = _classes_per_batch(batch_size, samples_per_class)
-        self.batch_size = int(batch_size)
-        self.samples_per_class = int(samples_per_class)
         self.batches_per_super_pair = _check_positive_int(batches_per_super_pair, "batches_per_super_pair")
-        self.seed = int(seed)
 
         self.classes_of_super: dict[int, np.ndarray] = {}
         for super_label in np.unique(self.super_labels):
@@ -209,19 +212,6 @@ class SuperLabelBatchSampler(torch.utils.data.Sampler):
                 f"no pair of super-labels holds {self.classes_per_batch} classes "
                 f"(batch_size {batch_size} / samples_per_class {samples_per_class}); lower the batch size"
             )
-        self.batches_per_epoch = (
-            max(1, len(self.labels) // self.batch_size)
-            if batches_per_epoch is None
-            else _check_positive_int(batches_per_epoch, "batches_per_epoch")
-        )
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the random stream of epoch ``epoch``."""
-        self.epoch = int(epoch)
-
-    def __len__(self) -> int:
-        return self.batches_per_epoch
 
     def __iter__(self) -> Iterator[list[int]]:
         rng = np.random.default_rng([self.seed, self.epoch])
