@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
 
 import yaml
-from rambo.core.atomic import write_text_atomically
+from rambo.harness.atomic import write_text
+from rambo.harness.wandb_run import start_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paper_numbers import TABLES, Cell, Table  # noqa: E402
@@ -84,17 +84,14 @@ def markdown(built: dict, profile: str, labels: dict, seeds: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def wandb_mode(requested: str) -> str:
-    """Decide the W&B mode before any init: never wait on the network."""
-    if requested != "auto":
-        return requested
-    return "online" if os.environ.get("WANDB_API_KEY") else "offline"
-
-
-def log_to_wandb(built_tables: list[dict], mode: str, project: str, config: dict) -> None:
+def log_to_wandb(built_tables: list[dict], mode: str, project: str, config: dict, directory: Path) -> None:
+    """An aggregate W&B run with one W&B table per paper table; the mode is decided before init
+    (:func:`rambo.harness.wandb_run.decide_mode`: ``WANDB_MODE``, an API key or ``~/.netrc``)."""
+    run = start_run(mode, project, group="tables", name="tables", config=config, directory=directory, job_type="tables")
+    if run is None:
+        return
     import wandb
 
-    run = wandb.init(project=project, job_type="tables", group="tables", mode=mode, config=config)
     for built in built_tables:
         table = wandb.Table(columns=["row", *built["columns"]])
         for row in built["rows"]:
@@ -119,19 +116,17 @@ def main(argv: list[str] | None = None) -> None:
     for table in TABLES:
         built = build_table(table, args.runs, run_map, seeds)
         text = markdown(built, profile, labels, seeds)
-        write_text_atomically(args.out / f"{table.key}.md", text)
-        write_text_atomically(args.out / f"{table.key}.json", json.dumps({"profile": profile, **built}, indent=2) + "\n")
+        write_text(args.out / f"{table.key}.md", text)
+        write_text(args.out / f"{table.key}.json", json.dumps({"profile": profile, **built}, indent=2) + "\n")
         built_tables.append(built)
         sections.append(text)
         for row in built["rows"]:
             for column, cell in zip(built["columns"], row["cells"]):
                 if cell["status"] == "ok":
                     summary[f"{table.key}/{row['label']}/{column}"] = round(cell["mean"], 2)
-    write_text_atomically(args.out / "tables.md", f"## Reproduced tables (profile `{profile}`)\n\n" + "\n".join(sections))
-    write_text_atomically(args.out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    mode = wandb_mode(args.wandb_mode)
-    if mode != "disabled":
-        log_to_wandb(built_tables, mode, args.wandb_project, {"profile": profile, "seeds": seeds})
+    write_text(args.out / "tables.md", f"## Reproduced tables (profile `{profile}`)\n\n" + "\n".join(sections))
+    write_text(args.out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    log_to_wandb(built_tables, args.wandb_mode, args.wandb_project, {"profile": profile, "seeds": seeds}, Path.cwd())
     print(f"tables written to {args.out}/tables.md")
 
 

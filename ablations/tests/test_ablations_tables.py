@@ -60,9 +60,17 @@ def test_a_missing_run_is_an_error_not_an_empty_cell(tmp_path):
         tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "o")])
 
 
-def test_wandb_mode_is_decided_before_init(monkeypatch):
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    assert tables.wandb_mode("auto") == "offline"
-    monkeypatch.setenv("WANDB_API_KEY", "x")
-    assert tables.wandb_mode("auto") == "online"
-    assert tables.wandb_mode("disabled") == "disabled"
+def test_wandb_mode_honours_wandb_mode_and_netrc_like_the_apps(monkeypatch, tmp_path):
+    """The tables stage decides its W&B mode with rambo.harness (WANDB_MODE, API key, ~/.netrc)."""
+    import wandb
+
+    def no_init(**kwargs):
+        raise AssertionError("wandb.init must not be called when WANDB_MODE=disabled")
+
+    monkeypatch.setattr(wandb, "init", no_init)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    tables.log_to_wandb([], "auto", "p", {}, tmp_path)  # no init, no error
+    started = []
+    monkeypatch.setattr(tables, "start_run", lambda mode, *args, **kwargs: started.append(mode))
+    tables.log_to_wandb([], "offline", "p", {}, tmp_path)
+    assert started == ["offline"]

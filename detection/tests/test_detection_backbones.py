@@ -4,6 +4,7 @@ from torch import nn
 from torchvision.ops import FrozenBatchNorm2d
 
 from rambo.detection import backbones
+from rambo.harness.pretrained import cache_path
 from rambo.detection.backbones import build_backbone, build_resnet, load_imagenet_weights, open_mmlab_to_torchvision
 
 
@@ -79,7 +80,7 @@ def test_wrong_checkpoint_and_unknown_names_are_clear_errors(tmp_path):
 
 def test_torchvision_cache_is_used(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
-    path = backbones.cached_weights_path("resnet18")
+    path = cache_path(backbones.weights_url("resnet18"))
     assert path == tmp_path / "checkpoints" / "resnet18-f37072fd.pth"
     path.parent.mkdir()
     torch.save(build_resnet("resnet18").state_dict(), path)  # torchvision's files are bare state dicts

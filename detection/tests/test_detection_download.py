@@ -1,96 +1,126 @@
+"""The VOC table and CLI, through the harness downloader, without a network.
+
+The download and extraction machinery itself is tested in harness/tests.
+"""
+
 import hashlib
 import io
 import tarfile
 import urllib.error
+import urllib.request
 
 import pytest
 
-from rambo.detection import download as voc_download
-from rambo.detection.download import ARCHIVES, Archive, DownloadError, download, fetch, main, safe_extract
+from rambo.detection.download import ARCHIVES, DownloadError, fetch, main
+from rambo.harness.download import DatasetFile
+
+MAIN = "VOCdevkit/VOC2007/ImageSets/Main"
 
 
-def make_tar(path, members: dict[str, bytes], links: dict[str, str] | None = None):
+def make_tar(path, members: dict[str, bytes]):
     with tarfile.open(path, "w") as tar:
         for name, data in members.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-        for name, target in (links or {}).items():
-            info = tarfile.TarInfo(name)
-            info.type = tarfile.SYMTYPE
-            info.linkname = target
-            tar.addfile(info)
     return path
+
+
+def md5(path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def listing(folder) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    calls = []
+
+    def offline(url, *args, **kwargs):
+        calls.append(url)
+        raise urllib.error.URLError("network is unreachable")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    return calls
+
+
+def pin(monkeypatch, name: str, archive) -> None:
+    """Point the table's entry ``name`` at a local ``archive`` with its real MD5."""
+    item = ARCHIVES[name]
+    replacement = DatasetFile(item.filename, (archive.as_uri(),), md5(archive), item.extract, item.ready)
+    monkeypatch.setitem(ARCHIVES, name, replacement)
 
 
 def test_pinned_archives_are_the_official_ones():
     assert ARCHIVES["voc2007-test"].filename == "VOCtest_06-Nov-2007.tar"
-    assert all(a.url.startswith("https://thor.robots.ox.ac.uk/pascal/VOC/") and len(a.md5) == 32 for a in ARCHIVES.values())
+    assert all(a.urls[0].startswith("https://thor.robots.ox.ac.uk/pascal/VOC/") and len(a.md5) == 32 for a in ARCHIVES.values())
+    assert all(a.urls[0].endswith("/" + a.filename) and a.extract for a in ARCHIVES.values())
+    assert {name: a.ready for name, a in ARCHIVES.items()} == {
+        "voc2007-trainval": "VOCdevkit/VOC2007/ImageSets/Main/trainval.txt",
+        "voc2007-test": "VOCdevkit/VOC2007/ImageSets/Main/test.txt",
+        "voc2012-trainval": "VOCdevkit/VOC2012/ImageSets/Main/trainval.txt",
+    }
 
 
-@pytest.mark.parametrize("name", ["../escape.txt", "VOCdevkit/../../escape.txt", "/tmp/absolute_escape.txt"])
-def test_safe_extract_refuses_members_leaving_the_target(tmp_path, name):
-    archive = make_tar(tmp_path / "evil.tar", {"VOCdevkit/ok.txt": b"ok", name: b"evil"})
-    target = tmp_path / "out"
-    target.mkdir()
-    with pytest.raises(ValueError, match="outside"):
-        safe_extract(archive, target)
-    assert not (tmp_path / "escape.txt").exists() and not (target / "VOCdevkit" / "ok.txt").exists()
-
-
-def test_safe_extract_refuses_links_out_and_extracts_good_archives(tmp_path):
-    evil = make_tar(tmp_path / "link.tar", {}, links={"VOCdevkit/passwd": "../../../etc/passwd"})
-    (tmp_path / "out").mkdir()
-    with pytest.raises(ValueError, match="points outside"):
-        safe_extract(evil, tmp_path / "out")
-    good = make_tar(tmp_path / "good.tar", {"VOCdevkit/VOC2007/ImageSets/Main/test.txt": b"000001\n"})
-    safe_extract(good, tmp_path / "out")
-    assert (tmp_path / "out/VOCdevkit/VOC2007/ImageSets/Main/test.txt").read_bytes() == b"000001\n"
-
-
-class FakeResponse(io.BytesIO):
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def test_download_is_atomic_and_verified(tmp_path, monkeypatch):
-    payload = b"voc archive bytes"
-    monkeypatch.setattr(voc_download.urllib.request, "urlopen", lambda url, timeout: FakeResponse(payload))
-    target = tmp_path / "a.tar"
-    with pytest.raises(DownloadError, match="does not match"):
-        download("https://example.invalid/a.tar", target, "0" * 32)
-    assert list(tmp_path.iterdir()) == []  # neither the target nor a temporary file is left
-    download("https://example.invalid/a.tar", target, hashlib.md5(payload).hexdigest())
-    assert target.read_bytes() == payload and list(tmp_path.iterdir()) == [target]
-
-
-def test_missing_network_gives_the_manual_steps(tmp_path, monkeypatch, capsys):
-    def offline(url, timeout):
-        raise urllib.error.URLError("network is unreachable")
-
-    monkeypatch.setattr(voc_download.urllib.request, "urlopen", offline)
+def test_missing_network_gives_the_manual_steps(tmp_path, no_network, capsys):
     with pytest.raises(DownloadError) as error:
         fetch(tmp_path, ["voc2007-test"])
     message = str(error.value)
-    assert "network is unreachable" in message and ARCHIVES["voc2007-test"].url in message
-    assert ARCHIVES["voc2007-test"].md5 in message and "wget" in message
-    assert main([str(tmp_path), "--sets", "voc2007-test"]) == 1
-    assert "Fetch the archives by hand" in capsys.readouterr().out
-    assert list(tmp_path.iterdir()) == []
+    assert "network is unreachable" in message and ARCHIVES["voc2007-test"].urls[0] in message
+    assert ARCHIVES["voc2007-test"].md5 in message and f"put it at {tmp_path / 'VOCtest_06-Nov-2007.tar'}" in message
+    assert f"so that {tmp_path / MAIN / 'test.txt'} exists" in message
+    assert main([str(tmp_path), "--sets", "voc2007-test", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: could not download VOCtest_06-Nov-2007.tar") and "Traceback" not in err
+    assert listing(tmp_path) == []
 
 
-def test_fetch_uses_a_verified_local_archive_and_rejects_a_corrupt_one(tmp_path, monkeypatch):
-    archive = make_tar(tmp_path / "VOCtest_06-Nov-2007.tar", {"VOCdevkit/VOC2007/ImageSets/Main/test.txt": b"000001\n"})
-    md5 = hashlib.md5(archive.read_bytes()).hexdigest()
-    monkeypatch.setitem(ARCHIVES, "voc2007-test", Archive("https://example.invalid/VOCtest_06-Nov-2007.tar", md5, "VOCdevkit/VOC2007"))
-    monkeypatch.setattr(voc_download.urllib.request, "urlopen", lambda *a, **k: pytest.fail("must not download"))
+def test_trainval_and_test_tars_fill_one_voc2007_folder(tmp_path, monkeypatch, capsys):
+    served = tmp_path / "server"
+    served.mkdir()
+    trainval = make_tar(
+        served / "trainval.tar", {f"{MAIN}/trainval.txt": b"000005\n", "VOCdevkit/VOC2007/JPEGImages/000005.jpg": b"5"}
+    )
+    test = make_tar(served / "test.tar", {f"{MAIN}/test.txt": b"000001\n", "VOCdevkit/VOC2007/JPEGImages/000001.jpg": b"1"})
+    pin(monkeypatch, "voc2007-trainval", trainval)
+    pin(monkeypatch, "voc2007-test", test)
+    root = tmp_path / "voc"
+    assert main([str(root), "--sets", "voc2007-trainval", "voc2007-test", "--quiet"]) == 0
+    assert capsys.readouterr().out.split() == [str(root / "VOCdevkit/VOC2007")]
+    assert listing(root / "VOCdevkit/VOC2007/JPEGImages") == ["000001.jpg", "000005.jpg"]
+    assert sorted(p.name for p in root.iterdir()) == ["VOCdevkit", "VOCtest_06-Nov-2007.tar", "VOCtrainval_06-Nov-2007.tar"]
+
+
+def test_an_extracted_voc_is_used_without_any_archive(tmp_path, no_network, monkeypatch):
+    for ready in (f"{MAIN}/trainval.txt", f"{MAIN}/test.txt", "VOCdevkit/VOC2012/ImageSets/Main/trainval.txt"):
+        (tmp_path / ready).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / ready).write_text("000001\n")
+    monkeypatch.setattr("rambo.harness.download.extract", lambda *a: pytest.fail("extracted"))
+    assert fetch(tmp_path) == [tmp_path / "VOCdevkit/VOC2007"] * 2 + [tmp_path / "VOCdevkit/VOC2012"]
+    assert no_network == []
+
+
+def test_fetch_uses_a_verified_local_archive_and_rejects_a_corrupt_one(tmp_path, monkeypatch, no_network):
+    archive = make_tar(tmp_path / "VOCtest_06-Nov-2007.tar", {f"{MAIN}/test.txt": b"000001\n"})
+    pin(monkeypatch, "voc2007-test", archive)
     assert fetch(tmp_path, ["voc2007-test"]) == [tmp_path / "VOCdevkit/VOC2007"]
-    assert (tmp_path / "VOCdevkit/VOC2007/ImageSets/Main/test.txt").is_file()
+    assert (tmp_path / MAIN / "test.txt").is_file() and no_network == []
+    (tmp_path / MAIN / "test.txt").unlink()
     archive.write_bytes(b"truncated")
-    with pytest.raises(DownloadError, match="md5"):
+    with pytest.raises(DownloadError, match="MD5"):
         fetch(tmp_path, ["voc2007-test"])
+    assert not (tmp_path / MAIN / "test.txt").exists()
     with pytest.raises(ValueError, match="unknown VOC archive"):
         fetch(tmp_path, ["voc2099"])
+
+
+def test_cli_reports_a_refused_archive_without_a_traceback(tmp_path, monkeypatch, capsys):
+    evil = make_tar(tmp_path / "evil.tar", {f"{MAIN}/test.txt": b"1\n", "VOCdevkit/../../escape.txt": b"evil"})
+    pin(monkeypatch, "voc2007-test", evil)
+    root = tmp_path / "voc"
+    assert main([str(root), "--sets", "voc2007-test", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "would be written outside" in err and "Traceback" not in err
+    assert listing(root) == ["VOCtest_06-Nov-2007.tar"] and not (tmp_path / "escape.txt").exists()

@@ -1,9 +1,12 @@
+from pathlib import Path
+
 import pytest
 import torch
 from omegaconf import OmegaConf
 from torchvision.models.detection.roi_heads import RoIHeads
 from torchvision.ops import box_iou
 
+import rambo.detection
 from rambo.detection.model import build_classifier_loss, build_detector
 from rambo.detection.rank_classifier_loss import RankClassifierLoss
 from rambo.detection.roi_heads import ConfigurableLossRoIHeads
@@ -14,7 +17,16 @@ MODEL = OmegaConf.create({
     "rpn_pre_nms_top_n_train": 100, "rpn_post_nms_top_n_train": 50, "rpn_pre_nms_top_n_test": 100,
     "rpn_post_nms_top_n_test": 50, "box_batch_size_per_image": 32, "box_score_thresh": 0.0, "box_detections_per_img": 20,
 })
-RAMBO = OmegaConf.create({"name": "rambo", "margin": 0.15, "lam": 0.5, "tau": 7, "map_weight": 2.0, "apc_weight": 1.0})
+LOSSES = Path(rambo.detection.__file__).parent / "configs" / "loss"
+
+
+def loss_config(name: str):
+    """The loss group's own file (its interpolations point at ``loss.*``)."""
+    return OmegaConf.create({"loss": OmegaConf.load(LOSSES / f"{name}.yaml")}).loss
+
+
+RAMBO = loss_config("rambo")
+CE = loss_config("ce")
 
 
 def heads_inputs(detector):
@@ -39,7 +51,7 @@ def parent_and_child_losses(loss_config):
 
 
 def test_ce_configuration_reproduces_torchvision_losses_exactly():
-    detector, parent, child = parent_and_child_losses(OmegaConf.create({"name": "ce"}))
+    detector, parent, child = parent_and_child_losses(CE)
     assert isinstance(detector.roi_heads, ConfigurableLossRoIHeads)
     assert parent.keys() == child.keys() == {"loss_classifier", "loss_box_reg"}
     for key in parent:
@@ -57,7 +69,7 @@ def test_rambo_configuration_changes_only_the_classifier_loss():
 
 
 def test_ce_inference_is_torchvision_inference():
-    detector = build_detector(MODEL, OmegaConf.create({"name": "ce"}), num_classes=3).eval()
+    detector = build_detector(MODEL, CE, num_classes=3).eval()
     assert detector.roi_heads.score_function == "softmax"
     features, proposals, sizes, _ = heads_inputs(detector)
     with torch.no_grad():
@@ -70,8 +82,10 @@ def test_ce_inference_is_torchvision_inference():
         detector.roi_heads.train()(features, proposals, sizes)
 
 
-def test_unknown_loss_is_a_clear_error():
-    with pytest.raises(ValueError, match="unknown classifier loss 'focal'"):
+def test_loss_is_built_from_its_target_and_a_config_without_one_is_a_clear_error():
+    assert isinstance(build_classifier_loss(RAMBO, 3), RankClassifierLoss)
+    assert RAMBO.score_function == "logit" and CE.score_function == "softmax"
+    with pytest.raises(ValueError, match="needs module._target_"):
         build_classifier_loss({"name": "focal"}, 3)
 
 

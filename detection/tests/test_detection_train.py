@@ -10,14 +10,17 @@ from omegaconf import OmegaConf
 
 import rambo.detection
 from rambo.detection.evaluation import evaluate_voc
+from rambo.harness.checkpoint import load_checkpoint
 from rambo.detection.model import build_detector
 from rambo.detection.predict import collect_detections
 from rambo.detection.synthetic import SYNTHETIC_CLASSES, generate
 from rambo.detection.train import learning_rate_factor, train
 from rambo.detection.voc import VOC_CLASSES, VOCDetectionDataset, collate_detection, read_image_set
 
-CONF = Path(rambo.detection.__file__).parent / "conf"
+CONF = Path(rambo.detection.__file__).parent / "configs"
 EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
+GROUPS = ("data", "model", "loss", "experiment", "profile")
+OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONF / group).glob("*.yaml"))]
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +41,13 @@ def data_root(tmp_path_factory):
 
 
 def compose_config(overrides):
-    with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        return compose(config_name="config", overrides=overrides)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="train", overrides=["output_dir=unused", *overrides])
 
 
 def one_iteration_overrides(data_root, output_dir):
     return [
-        "schedule=tiny", "model.pretrained=false", "model.min_size=64", "model.max_size=64",
+        "profile=tiny", "model.pretrained=false", "model.min_size=64", "model.max_size=64",
         "data.max_test_images=1", f"output_dir={output_dir}", "wandb.mode=disabled", "progress=false", "threads=1",
         f"data_dir={data_root}",
     ]
@@ -55,20 +58,27 @@ def test_all_paper_rows_have_a_config():
     expected |= {"table8_ce", "table8_lam0p5_nomargin", "table8_lam0p1_margin", "table8_lam0p5_margin", "table8_lam2p5_margin"}
     expected |= {"mini_ce", "mini_rambo", "mini_table8_lam0p5_nomargin", "mini_table8_lam0p1_margin", "mini_table8_lam2p5_margin"}
     assert expected <= set(EXPERIMENTS)
-    paper = compose_config(["+experiment=table8_lam2p5_margin"])
+    paper = compose_config(["experiment=table8_lam2p5_margin"])
     assert (paper.schedule.epochs, paper.schedule.batch_size, list(paper.schedule.steps)) == (12, 8, [9])
     assert (paper.loss.name, paper.loss.lam, paper.loss.margin, paper.loss.tau) == ("rambo", 2.5, 0.15, 7)
     assert (paper.loss.map_weight, paper.loss.apc_weight) == (2.0, 1.0)
-    assert compose_config(["+experiment=table8_lam0p5_nomargin"]).loss.margin == 0.0
-    assert compose_config(["+experiment=table5_x101_voc0712_ce"]).model.backbone == "resnext101_32x4d"
-    assert len(compose_config(["+experiment=table5_r50_voc0712_rambo"]).data.train_roots) == 2
+    assert compose_config(["experiment=table8_lam0p5_nomargin"]).loss.margin == 0.0
+    assert compose_config(["experiment=table5_x101_voc0712_ce"]).model.backbone == "resnext101_32x4d"
+    assert len(compose_config(["experiment=table5_r50_voc0712_rambo"]).data.train_roots) == 2
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS)
+def test_every_option_of_every_group_composes(group, option):
+    cfg = compose_config([f"{group}={option}"])
+    assert cfg.experiment_name and cfg.loss.module._target_ and cfg.loss.score_function in ("softmax", "logit")
+    assert cfg.schedule.epochs >= 1 and cfg.data.classes in ("voc", "synthetic") and cfg.model.backbone
 
 
 @pytest.mark.parametrize("experiment", [None, *EXPERIMENTS])
 def test_every_config_runs_one_iteration(experiment, data_root, tmp_path):
     overrides = one_iteration_overrides(data_root, tmp_path / "run")
     if experiment is not None:
-        overrides.insert(0, f"+experiment={experiment}")
+        overrides.insert(0, f"experiment={experiment}")
     metrics = train(compose_config(overrides))
     assert metrics["epochs"] == 1 and len(metrics["history"]) == 1
     written = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -87,22 +97,25 @@ def test_learning_rate_schedule_is_the_papers_shape():
 
 
 def test_resume_continues_to_the_same_result(data_root, tmp_path):
-    base = ["+experiment=tiny_rambo", "schedule.max_iterations_per_epoch=2", "schedule.steps=[1]", "wandb.mode=disabled",
+    base = ["experiment=tiny_rambo", "schedule.max_iterations_per_epoch=2", "schedule.steps=[1]", "wandb.mode=disabled",
             "progress=false", "threads=1", f"data.root={data_root / 'synthetic'}"]
     straight = train(compose_config(base + ["schedule.epochs=2", f"output_dir={tmp_path / 'straight'}"]))
-    train(compose_config(base + ["schedule.epochs=1", f"output_dir={tmp_path / 'resumed'}"]))
+    train(compose_config(base + ["schedule.epochs=2", "max_epochs_this_run=1", f"output_dir={tmp_path / 'resumed'}"]))
     resumed = train(compose_config(base + ["schedule.epochs=2", "resume=true", f"output_dir={tmp_path / 'resumed'}"]))
-    a = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=False)
-    b = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)
+    a = load_checkpoint(tmp_path / "straight" / "checkpoint.pt")  # weights_only=True
+    b = load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")
     assert a["epoch"] == b["epoch"] == 2
-    for key, value in a["model"].items():
+    for key, value in a["state"]["model"].items():
         if isinstance(value, torch.Tensor):
-            torch.testing.assert_close(b["model"][key], value, rtol=0, atol=0, msg=key)
+            torch.testing.assert_close(b["state"]["model"][key], value, rtol=0, atol=0, msg=key)
     memory = "roi_heads.classifier_loss.memory._extra_state"
-    assert len(a["model"][memory]["batches"]) == 4  # 2 epochs x 2 iterations, all within tau = 7
+    assert len(a["state"]["model"][memory]["batches"]) == 4  # 2 epochs x 2 iterations, all within tau = 7
+    assert set(a["rng"]) >= {"python", "numpy", "torch"}  # every generator, not only torch's CPU one
     assert resumed["history"] == straight["history"] and resumed["map50"] == straight["map50"]
     with pytest.raises(ValueError, match=r"different configuration \(loss.lam: 0.5 -> 2.5"):
-        train(compose_config(base + ["schedule.epochs=3", "resume=true", "loss.lam=2.5", f"output_dir={tmp_path / 'resumed'}"]))
+        train(compose_config(base + ["schedule.epochs=2", "resume=true", "loss.lam=2.5", f"output_dir={tmp_path / 'resumed'}"]))
+    with pytest.raises(ValueError, match=r"schedule.epochs: 2 -> 3"):  # the same policy as retrieval: epochs are the run's
+        train(compose_config(base + ["schedule.epochs=3", "resume=true", f"output_dir={tmp_path / 'resumed'}"]))
     # a finished run resumed after its outputs were deleted (a DVC rerun) writes them again
     (tmp_path / "resumed" / "metrics.json").unlink()
     (tmp_path / "resumed" / "curve.json").unlink()
@@ -119,8 +132,8 @@ def rank_loss_training_run(folder: Path, iterations: int, seed: int = 0):
     """Tiny detector trained with the RaMBO loss; mAP (area) measured on its own training images."""
     torch.manual_seed(seed)
     data = generate(folder, seed=seed, num_trainval=8, num_test=1, image_size=64)
-    model_cfg = compose_config(["+experiment=tiny_rambo"]).model
-    loss_cfg = compose_config(["+experiment=tiny_rambo"]).loss
+    model_cfg = compose_config(["experiment=tiny_rambo"]).model
+    loss_cfg = compose_config(["experiment=tiny_rambo"]).loss
     detector = build_detector(model_cfg, loss_cfg, len(SYNTHETIC_CLASSES))
     train_set = VOCDetectionDataset(data, "trainval", SYNTHETIC_CLASSES, train=True)
     eval_set = VOCDetectionDataset(data, "trainval", SYNTHETIC_CLASSES, train=False)
@@ -149,7 +162,7 @@ def test_rank_loss_trains(tmp_path):
 
 
 def test_missing_voc_data_says_how_to_download(tmp_path):
-    cfg = compose_config(["+experiment=table8_ce", f"data_dir={tmp_path / 'nowhere'}", "wandb.mode=disabled"])
+    cfg = compose_config(["experiment=table8_ce", f"data_dir={tmp_path / 'nowhere'}", "wandb.mode=disabled"])
     with pytest.raises(FileNotFoundError, match="python -m rambo.detection.download"):
         train(cfg)
 

@@ -1,43 +1,11 @@
-"""The small parts of the training loop: W&B mode, atomic checkpoints, the flip augmentation."""
+"""The small parts of the training loop: the flip augmentation, the per-epoch batches.
+(W&B mode, checkpoints and resume are rambo.harness's, tested there.)"""
 
-import pytest
 import torch
+from omegaconf import OmegaConf
 
-from rambo.detection import checkpoint as checkpoint_module
 from rambo.detection.augmentation import horizontal_flip, random_flips
-from rambo.detection.checkpoint import load_checkpoint, save_checkpoint
-from rambo.detection.wandb_run import init_wandb, resolve_wandb_mode
-
-
-def test_wandb_mode_is_decided_before_init(monkeypatch, tmp_path):
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
-    assert resolve_wandb_mode("auto") == "offline"
-    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
-    assert resolve_wandb_mode("auto") == "online"
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    assert resolve_wandb_mode("auto") == "disabled" and resolve_wandb_mode("offline") == "offline"
-    assert init_wandb("disabled", "p", "g", "n", {}, tmp_path) is None
-    with pytest.raises(ValueError, match="wandb.mode"):
-        resolve_wandb_mode("cloud")
-
-
-def test_checkpoint_is_replaced_atomically(tmp_path, monkeypatch):
-    path = tmp_path / "checkpoint.pt"
-    save_checkpoint({"epoch": 1}, path)
-
-    def crash(state, target):
-        open(target, "wb").write(b"half a file")
-        raise OSError("disk full")
-
-    monkeypatch.setattr(checkpoint_module.torch, "save", crash)
-    with pytest.raises(OSError, match="disk full"):
-        save_checkpoint({"epoch": 2}, path)
-    monkeypatch.undo()
-    assert load_checkpoint(path)["epoch"] == 1 and list(tmp_path.iterdir()) == [path]
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        load_checkpoint(tmp_path / "missing.pt")
+from rambo.detection.train import epoch_loader
 
 
 def test_horizontal_flip_mirrors_pixels_and_boxes():
@@ -54,3 +22,20 @@ def test_horizontal_flip_mirrors_pixels_and_boxes():
     images, _ = random_flips([image] * 64, [target] * 64, torch.Generator().manual_seed(0))
     count = sum(not torch.equal(i, image) for i in images)
     assert 16 < count < 48
+
+
+def test_epoch_batches_depend_on_seed_and_epoch_and_shard_over_processes():
+    dataset = [(i, {"index": i}) for i in range(10)]  # (image, target) pairs, as the VOC dataset yields
+    cfg = OmegaConf.create({"seed": 3, "num_workers": 0, "schedule": {"batch_size": 4}})
+
+    def batches(epoch, rank=0, processes=1):
+        return [images for images, _ in epoch_loader(cfg, dataset, epoch, rank, processes)]
+
+    assert batches(1) == batches(1) and batches(1) != batches(2)
+    assert sorted(i for batch in batches(2) for i in batch) == list(range(10)) and [len(b) for b in batches(2)] == [4, 4, 2]
+    # two processes: each takes its share of every global batch, together the one-process batch
+    shards = [batches(2, rank, 2) for rank in (0, 1)]
+    assert [a + b for a, b in zip(*shards)] == batches(2)
+    # the one-process order is the one DataLoader(shuffle=True, generator=...) draws (the mini tables' runs)
+    reference = torch.utils.data.DataLoader(list(range(10)), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3 * 1000 + 1))
+    assert [batch.tolist() for batch in reference] == batches(2)

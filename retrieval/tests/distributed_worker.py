@@ -8,9 +8,9 @@ a plain backward and for the two-pass backward.
 import sys
 
 import torch
-
 from rambo.core import EmbeddingMemory, RecallLoss
-from rambo.retrieval.distributed import detect_setup, global_batch_loss, init_process_group
+from rambo.harness.distributed import detect_setup, init_process_group
+from rambo.retrieval.distributed import global_batch_loss
 from rambo.retrieval.model import EmbeddingNet
 from rambo.retrieval.two_pass import two_pass_backward
 

@@ -4,12 +4,15 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from rambo.harness.checkpoint import load_checkpoint
 from rambo.retrieval import evaluate
-from rambo.retrieval.train import CONFIG_DIR, select_protocols, train
-from rambo.retrieval.wandb_run import decide_mode, start_run
+from rambo.retrieval.engine import select_protocols
+from rambo.retrieval.train import CONFIG_DIR, train
 
 torch.set_num_threads(1)
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
+GROUPS = ("data", "model", "loss", "experiment", "profile")
+OPTIONS = [(group, p.stem) for group in GROUPS for p in sorted((CONFIG_DIR / group).glob("*.yaml"))]
 
 
 def compose_config(overrides):
@@ -57,19 +60,28 @@ def test_resume_after_a_kill_reaches_the_same_final_metrics(data_dir, tmp_path):
     assert not partial["complete"] and partial["epochs_trained"] == 1
     resumed = train(tiny(data_dir, tmp_path / "b", *extra, "resume=true"))
     assert resumed == uninterrupted
-    a = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=False)
-    b = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
-    for name, tensor in a["model"].items():
-        torch.testing.assert_close(b["model"][name], tensor, rtol=0, atol=0, msg=name)
-    assert len(b["loss"]["_extra_state"]["batches"]) == 3  # the RaMBO score memory travels too
+    a = load_checkpoint(tmp_path / "a" / "checkpoint.pt")  # weights_only=True
+    b = load_checkpoint(tmp_path / "b" / "checkpoint.pt")
+    for name, tensor in a["state"]["model"].items():
+        torch.testing.assert_close(b["state"]["model"][name], tensor, rtol=0, atol=0, msg=name)
+    assert len(b["state"]["loss"]["_extra_state"]["batches"]) == 3  # the RaMBO score memory travels too
+    assert set(b["rng"]) >= {"python", "numpy", "torch"}
 
 
 def test_resume_refuses_a_checkpoint_of_another_configuration(data_dir, tmp_path):
     train(tiny(data_dir, tmp_path, "max_epochs_this_run=1"))
-    with pytest.raises(ValueError, match=r"differs from this run's in \['seed'\]"):
+    with pytest.raises(ValueError, match=r"different configuration \(seed: 0 -> 1\)"):
         train(tiny(data_dir, tmp_path, "resume=true", "seed=1"))
-    # run-only keys (paths, device, W&B, the early stop) may change
-    assert train(tiny(data_dir, tmp_path, "resume=true", "num_workers=0", "wandb.mode=disabled"))["complete"]
+    with pytest.raises(ValueError, match=r"epochs: 2 -> 3"):  # a longer run is another run (its schedule and evaluations differ)
+        train(tiny(data_dir, tmp_path, "resume=true", "epochs=3"))
+    # keys in resume_may_change (paths, device, W&B, the early stop) may change
+    moved = tmp_path / "moved_data"
+    moved.mkdir()
+    (data_dir / "synthetic_tiny").rename(moved / "synthetic_tiny")
+    try:
+        assert train(tiny(moved, tmp_path, "resume=true", "num_workers=0", "threads=1"))["complete"]
+    finally:
+        (moved / "synthetic_tiny").rename(data_dir / "synthetic_tiny")
 
 
 def test_resuming_a_finished_run_rewrites_the_same_metrics_and_curve(data_dir, tmp_path):
@@ -89,6 +101,12 @@ def test_resume_auto_sets_a_checkpoint_of_another_configuration_aside(data_dir, 
     restarted = train(tiny(data_dir, tmp_path / "run", "resume=auto", "seed=1"))
     assert (tmp_path / "run" / "checkpoint.pt.stale").is_file()
     assert restarted == fresh
+
+
+@pytest.mark.parametrize(("group", "option"), OPTIONS)
+def test_every_option_of_every_group_composes(group, option):
+    cfg = compose_config([f"{group}={option}", "output_dir=x"])
+    assert cfg.experiment_name and cfg.loss.module._target_ and cfg.data.format and cfg.model.backbone
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
@@ -131,21 +149,6 @@ def test_protocols_pick_best_test_and_best_validation():
     assert chosen["fair_protocol"]["epoch"] == 4 and chosen["fair_protocol"]["R@1"] == 0.2
 
 
-def test_wandb_mode_is_decided_before_init(monkeypatch, tmp_path):
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
-    assert decide_mode("auto") == "offline"
-    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
-    assert decide_mode("auto") == "online"
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    assert decide_mode("auto") == "disabled"
-    assert decide_mode("offline") == "offline"
-    assert start_run("disabled", "p", "g", "train", "n", {}, str(tmp_path)) is None
-    with pytest.raises(ValueError, match="wandb.mode"):
-        decide_mode("sometimes")
-
-
 def _tiny_inshop(root):
     """list_eval_partition.txt (count, header, rows) + img/<GENDER>/<Category>/<item>/ images."""
     from PIL import Image
@@ -168,10 +171,10 @@ def _tiny_inshop(root):
 
 def test_inshop_row_trains_and_evaluates_query_against_gallery(tmp_path):
     _tiny_inshop(tmp_path / "inshop")
-    cfg = tiny(tmp_path, tmp_path / "out", "experiment=inshop_log", "dataset.format=inshop",
-               f"dataset.root={tmp_path / 'inshop'}", "dataset.generate=null", "epochs=1")  # fmt: skip
+    cfg = tiny(tmp_path, tmp_path / "out", "experiment=inshop_log", "data.format=inshop",
+               f"data.root={tmp_path / 'inshop'}", "data.generate=null", "epochs=1")  # fmt: skip
     metrics = train(cfg)
-    assert list(cfg.dataset.ks) == [1, 2, 4, 10, 100, 1000] and metrics["complete"]  # the tiny profile's K
+    assert list(cfg.data.ks) == [1, 2, 4, 10, 100, 1000] and metrics["complete"]  # the tiny profile's K
     # 8 query items with one query each: R@K is a multiple of 1/8
     for k in (1, 2, 4):
         assert (metrics["paper_protocol"][f"R@{k}"] * 8) == pytest.approx(round(metrics["paper_protocol"][f"R@{k}"] * 8))

@@ -13,6 +13,8 @@ Public API::
     rambo.core.metrics                         average_precision, recall_at_k, map_at_r, r_precision
 """
 
+__version__ = "0.1.0"  # equal to pyproject.toml's version (tests/test_packaging.py checks)
+
 from . import metrics
 from .ap_loss import APLoss
 from .fast_ap import FastAPLoss

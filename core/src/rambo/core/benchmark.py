@@ -24,7 +24,6 @@ from pathlib import Path
 import torch
 
 from .ap_loss import APLoss
-from .atomic import write_text_atomically
 
 # Paper Table 6: AP forward+backward, "1 Xeon Gold CPU core at 2.2GHz" and "a Tesla V100", ms.
 PAPER_TABLE_6 = {
@@ -197,9 +196,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     table = markdown_table(rows, meta)
     print(table)
     if args.out:
-        write_text_atomically(args.out, json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     if args.markdown:
-        write_text_atomically(args.markdown, table)
+        Path(args.markdown).write_text(table)
     return rows
 
 

@@ -15,13 +15,13 @@ statistics of a random network (mean 0, var 1) let activations blow up (R50 gave
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from torch import nn
 from torchvision.models import resnet
 from torchvision.models.detection.backbone_utils import BackboneWithFPN
 from torchvision.ops import FrozenBatchNorm2d
+
+from rambo.harness.pretrained import find_weights
 
 # open-mmlab's ImageNet ResNeXt-101 32x4d (mmcv model zoo "open-mmlab://resnext101_32x4d").
 OPEN_MMLAB_RESNEXT101_32X4D = "https://download.openmmlab.com/pretrain/third_party/resnext101_32x4d-a5af3160.pth"
@@ -49,11 +49,6 @@ def weights_url(name: str) -> str:
     if name in TORCHVISION_WEIGHTS:
         return TORCHVISION_WEIGHTS[name].url
     raise ValueError(f"unknown backbone {name!r}; choose from {BACKBONES}")
-
-
-def cached_weights_path(name: str) -> Path:
-    """Where torchvision's (and mmcv's) downloader keeps the file: ``<torch hub dir>/checkpoints/<file>``."""
-    return Path(torch.hub.get_dir()) / "checkpoints" / weights_url(name).rsplit("/", 1)[-1]
 
 
 def open_mmlab_to_torchvision(state_dict: dict) -> dict:
@@ -84,13 +79,7 @@ def load_imagenet_weights(network: resnet.ResNet, name: str, weights_path: str |
     Raises ``FileNotFoundError`` with the download command when the file is in neither place, and
     ``ValueError`` when keys are missing (a file for another architecture).
     """
-    path = Path(weights_path).expanduser() if weights_path else cached_weights_path(name)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"ImageNet weights for {name} not found at {path}. Weights are never downloaded at run time; "
-            f"fetch them once with\n  mkdir -p {path.parent} && wget -O {path} {weights_url(name)}\n"
-            "or set model.pretrained=false to start from random initialisation."
-        )
+    path = find_weights(name, weights_url(name), weights_path)
     state_dict = torch.load(path, map_location="cpu", weights_only=True)
     state_dict = open_mmlab_to_torchvision(state_dict)
     expected = {k for k in network.state_dict() if not k.startswith("fc.") and not k.endswith("num_batches_tracked")}

@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
+import torch
+from hydra.utils import instantiate
 from torchvision.models.detection import FasterRCNN
 from torchvision.models.detection.anchor_utils import AnchorGenerator
 from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
 from torchvision.ops import MultiScaleRoIAlign
 
 from .backbones import build_backbone
-from .rank_classifier_loss import RankClassifierLoss
-from .roi_heads import ConfigurableLossRoIHeads, CrossEntropyClassifierLoss
-
-LOSSES = ("ce", "rambo")
+from .roi_heads import ConfigurableLossRoIHeads
 
 
-def build_classifier_loss(loss, num_classes: int):
-    """``loss.name`` ``ce`` (softmax cross-entropy) or ``rambo`` (``2 L_mAP + 1 L_AP-C``, score memory)."""
-    if loss["name"] == "ce":
-        return CrossEntropyClassifierLoss()
-    if loss["name"] == "rambo":
-        return RankClassifierLoss(
-            num_classes, background_label=0, margin=loss["margin"], lam=loss["lam"], tau=loss["tau"],
-            map_weight=loss["map_weight"] * loss.get("loss_weight", 1.0), apc_weight=loss["apc_weight"] * loss.get("loss_weight", 1.0),
-        )
-    raise ValueError(f"unknown classifier loss {loss['name']!r}; choose from {LOSSES}")
+def build_classifier_loss(loss, num_classes: int) -> torch.nn.Module:
+    """The RoI classifier loss of the ``loss`` config group, built from its ``module._target_``
+    (``CrossEntropyClassifierLoss`` or ``RankClassifierLoss``) for ``num_classes`` object classes."""
+    if "module" not in loss or "_target_" not in loss["module"]:
+        raise ValueError(f"the loss config needs module._target_ (a classifier loss class), got {dict(loss)}")
+    return instantiate(loss["module"], num_classes=num_classes)
 
 
 def build_detector(model, loss, num_classes: int) -> FasterRCNN:
-    """Faster R-CNN + FPN from the ``model`` and ``loss`` config groups (see ``conf/``).
+    """Faster R-CNN + FPN from the ``model`` and ``loss`` config groups (see ``configs/``).
 
     ``num_classes``: C object classes; the predictor has C + 1 outputs (torchvision: background 0).
     The RPN, the box head and the box-regression loss are torchvision's; only the classifier loss
@@ -64,7 +59,7 @@ def build_detector(model, loss, num_classes: int) -> FasterRCNN:
         score_thresh=model["box_score_thresh"], nms_thresh=0.5, detections_per_img=model["box_detections_per_img"],
         classifier_loss=build_classifier_loss(loss, num_classes),
         # detections are ranked by the score the classifier loss trained (see ConfigurableLossRoIHeads)
-        score_function="softmax" if loss["name"] == "ce" else "logit",
+        score_function=loss["score_function"],
         candidates_per_image=10 * model["box_detections_per_img"],
     )
     return detector

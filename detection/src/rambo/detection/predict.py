@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from tqdm import tqdm
+from rambo.harness.run_log import progress as progress_bar
 
 from .voc import collate_detection
 
@@ -17,7 +17,7 @@ def collect_detections(model, dataset, device: torch.device, batch_size: int = 4
     model.eval()
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_detection)
     predictions, ground_truths = {}, {}
-    for images, targets in tqdm(loader, desc="evaluate", disable=not progress, leave=False):
+    for images, targets in progress_bar(loader, progress, desc="evaluate"):
         outputs = model([image.to(device) for image in images])
         for output, target in zip(outputs, targets):
             image_id = target["image_id"]

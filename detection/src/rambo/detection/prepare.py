@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 from .download import DownloadError, fetch
 from .synthetic import generate
 
-CONFIG_DIR = Path(__file__).parent / "conf"
+CONFIG_DIR = Path(__file__).parent / "configs"
 VOC_ARCHIVES = {"voc07": ("voc2007-trainval", "voc2007-test"), "voc0712": ("voc2007-trainval", "voc2007-test", "voc2012-trainval")}
 DATASETS = ("synthetic", "tiny", *VOC_ARCHIVES)
 
@@ -31,8 +31,8 @@ def prepare(data_dir: str | Path, datasets, overrides=()) -> list[Path]:
         raise ValueError(f"unknown detection datasets {unknown}; choose from {DATASETS}")
     roots = []
     for name in datasets:
-        with initialize_config_dir(str(CONFIG_DIR), version_base=None):
-            cfg = compose("config", overrides=[f"data={name}", f"data_dir={data_dir}", *overrides])
+        with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose("train", overrides=[f"data={name}", f"data_dir={data_dir}", *overrides])
         data = cfg.data
         if data.get("generate"):
             spec = data.generate

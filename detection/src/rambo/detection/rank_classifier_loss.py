@@ -68,16 +68,17 @@ class RankClassifierLoss(torch.nn.Module):
             0 (torchvision: column 0) or C (mmdetection: the last column).
         margin, lam, tau: alpha, lambda and the score memory length (paper 5.2: 0.15, 0.5, 7).
         map_weight, apc_weight: the 2 : 1 ratio of the paper.
+        loss_weight: multiplies both weights (1 in the paper).
     """
 
     def __init__(self, num_classes: int, background_label: int = 0, margin: float = 0.15, lam: float = 0.5,
-                 tau: int = 7, map_weight: float = 2.0, apc_weight: float = 1.0):
+                 tau: int = 7, map_weight: float = 2.0, apc_weight: float = 1.0, loss_weight: float = 1.0):
         super().__init__()
         if background_label not in (0, num_classes):
             raise ValueError(f"background_label must be 0 or num_classes={num_classes}, got {background_label}")
         self.num_classes = int(num_classes)
         self.background_label = int(background_label)
-        self.memory = ScoreMemory(MAPAndAPCLoss(margin, lam, map_weight, apc_weight), tau)
+        self.memory = ScoreMemory(MAPAndAPCLoss(margin, lam, map_weight * loss_weight, apc_weight * loss_weight), tau)
 
     def object_scores(self, class_logits: torch.Tensor) -> torch.Tensor:
         """The logits of the C object classes, ``[N, C]`` (the background column dropped)."""

@@ -19,9 +19,18 @@ SCORE_FUNCTIONS = ("softmax", "logit")
 
 
 class CrossEntropyClassifierLoss(torch.nn.Module):
-    """The baseline: softmax cross-entropy over C + 1 columns, ``loss(class_logits [N, C+1], labels [N])``."""
+    """The baseline: softmax cross-entropy over C + 1 columns, ``loss(class_logits [N, C+1], labels [N])``.
+
+    ``num_classes`` (C, optional) checks the logits' width, as :class:`RankClassifierLoss` does.
+    """
+
+    def __init__(self, num_classes: int | None = None):
+        super().__init__()
+        self.num_classes = num_classes
 
     def forward(self, class_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self.num_classes is not None and (class_logits.dim() != 2 or class_logits.shape[1] != self.num_classes + 1):
+            raise ValueError(f"class_logits must be [N, {self.num_classes + 1}], got {tuple(class_logits.shape)}")
         return F.cross_entropy(class_logits, labels)
 
 

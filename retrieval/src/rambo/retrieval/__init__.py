@@ -4,3 +4,5 @@ Modules: ``datasets`` (loaders, synthetic set, downloads), ``samplers``, ``model
 ``train`` (Hydra app), ``two_pass`` (chunked backward for large batches), ``distributed``,
 ``contrastive_loss`` (baseline).
 """
+
+__version__ = "0.1.0"  # equal to pyproject.toml's version (tests/test_packaging.py checks)

@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 import time
 
-import faiss
 import torch
 
-from .evaluate import recall_at_k, write_json_atomic
+from rambo.harness.atomic import write_json
+
+from .evaluate import import_faiss, recall_at_k
 
 
 def _chunked_matmul_seconds(x: torch.Tensor, rows: int = 4096) -> float:
@@ -37,7 +38,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    faiss.omp_set_num_threads(args.threads)
+    import_faiss().omp_set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
     embeddings = torch.nn.functional.normalize(torch.randn(args.n, args.dim, generator=g), dim=1)
     labels = torch.randperm(args.n, generator=g) % max(1, args.n // 5)
@@ -52,7 +53,7 @@ def main(argv=None) -> dict:
     print(f"{args.n} x {args.dim}: one float32 matmul {matmul:.2f} s, Recall@{args.ks} {recall_seconds:.2f} s "
           f"(ratio {result['ratio']:.2f})")  # fmt: skip
     if args.out:
-        write_json_atomic(result, args.out)
+        write_json(args.out, result)
     return result
 
 

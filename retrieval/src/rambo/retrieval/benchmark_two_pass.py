@@ -84,9 +84,9 @@ def main(argv=None) -> dict:
     print(f"ratio batch {results[-1]['batch']} / batch {results[0]['batch']}: peak {summary['ratio_peak']:.3f}"
           + (f", increase over baseline {summary['ratio_increase']:.3f}" if "ratio_increase" in summary else ""))  # fmt: skip
     if args.out:
-        from .evaluate import write_json_atomic
+        from rambo.harness.atomic import write_json
 
-        write_json_atomic(summary, args.out)
+        write_json(args.out, summary)
     return summary
 
 

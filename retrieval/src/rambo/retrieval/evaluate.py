@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-from pathlib import Path
 
-import faiss
 import numpy as np
 import torch
 
@@ -45,8 +42,21 @@ def _normalise(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
+def import_faiss():
+    """The ``faiss`` module, imported on first use: it comes from one of two alternative extras."""
+    try:
+        import faiss
+    except ImportError as error:
+        raise ImportError(
+            "rambo.retrieval evaluation needs faiss, which is not installed: install exactly one of "
+            "the extras rambo-retrieval[cpu] (faiss-cpu) or rambo-retrieval[gpu] (faiss-gpu)"
+        ) from error
+    return faiss
+
+
 def _flat_inner_product_index(dim: int):
     """Exact inner-product index; on every GPU when faiss-gpu (the ``gpu`` extra) sees one."""
+    faiss = import_faiss()
     index = faiss.IndexFlatIP(dim)
     if faiss.get_num_gpus() > 0:
         index = faiss.index_cpu_to_all_gpus(index)
@@ -186,19 +196,11 @@ def evaluate_model(model, splits: dict, ks, batch_size: int = 256, num_workers: 
     return retrieval_metrics(embeddings, labels, ks)
 
 
-def write_json_atomic(data: dict | list, path: str | Path) -> None:
-    """Write ``data`` as JSON through a temporary file renamed into place (never half-written)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    os.replace(tmp, path)
-
-
 def main(argv=None) -> dict:
-    from .checkpoint import load_checkpoint
+    from rambo.harness.atomic import write_json
+
+    from .checkpoint import load_trained_model
     from .datasets import load_dataset
-    from .model import build_model
     from .transforms import eval_transform
 
     parser = argparse.ArgumentParser(description="Evaluate a retrieval checkpoint (faiss exact k-NN).")
@@ -210,10 +212,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--out", help="metrics JSON path (printed as well)")
     args = parser.parse_args(argv)
 
-    state = load_checkpoint(args.checkpoint)
-    model = build_model(dict(state["config"]["model"], pretrained=False))
-    model.load_state_dict(state["model"])
-    transform = eval_transform(state["config"]["image_size"])
+    model, config = load_trained_model(args.checkpoint)
+    transform = eval_transform(config["image_size"])
     if args.dataset == "inshop":
         splits = {s: load_dataset(args.dataset, args.root, s, transform=transform) for s in ("query", "gallery")}
     else:
@@ -221,7 +221,7 @@ def main(argv=None) -> dict:
     metrics = evaluate_model(model, splits, args.ks or PAPER_KS[args.dataset], args.batch_size)
     print(json.dumps(metrics, indent=2, sort_keys=True))
     if args.out:
-        write_json_atomic(metrics, args.out)
+        write_json(args.out, metrics)
     return metrics
 
 

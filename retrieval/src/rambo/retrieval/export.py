@@ -11,17 +11,16 @@ of the test split (In-shop: of the query split, against the gallery).
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .checkpoint import load_checkpoint
+from rambo.harness.atomic import atomic_path
+
+from .checkpoint import load_trained_model
 from .datasets import load_dataset
 from .evaluate import compute_embeddings
-from .model import build_model
 from .transforms import eval_transform
 
 
@@ -31,22 +30,13 @@ def _relative(paths, root: Path) -> np.ndarray:
 
 
 def _npz_atomically(path: Path, **arrays) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".npz")
-    os.close(handle)
-    try:
-        np.savez_compressed(name, **arrays)
-        os.replace(name, path)
-    finally:
-        Path(name).unlink(missing_ok=True)
+    with atomic_path(path, suffix=".npz") as temporary:
+        np.savez_compressed(temporary, **arrays)
 
 
 def export(checkpoint: Path, out_dir: Path, max_queries: int = 1000, top_k: int = 5, seed: int = 0) -> dict:
-    state = load_checkpoint(checkpoint)
-    config = state["config"]
-    model = build_model(dict(config["model"], pretrained=False))
-    model.load_state_dict(state["model"])
-    data = config["dataset"]
+    model, config = load_trained_model(checkpoint)
+    data = config["data"]
     root = Path(data["root"])
     transform = eval_transform(config["image_size"])
     if data["format"] == "inshop":

@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
+from rambo.harness.pretrained import find_weights
+
 # Names of the ImageNet weights that torchvision's hub cache stores (torchvision.models.*_Weights).
 _IMAGENET_WEIGHTS = {
     "resnet50": torchvision.models.ResNet50_Weights.IMAGENET1K_V1,
@@ -22,30 +24,13 @@ _IMAGENET_WEIGHTS = {
 BACKBONES = ("resnet50", "resnet18", "small_convnet")
 
 
-def torchvision_cache_path(backbone: str) -> Path:
-    """Where torchvision keeps the downloaded ImageNet weights of ``backbone`` (may not exist)."""
-    url = _IMAGENET_WEIGHTS[backbone].url
-    return Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1]
-
-
 def load_imagenet_state_dict(backbone: str, weights_path: str | Path | None = None) -> dict:
-    """ImageNet weights of ``backbone`` from ``weights_path`` or else the torchvision cache.
-
-    Raises ``FileNotFoundError`` with the manual steps when neither file exists: run-time
-    downloads are never made (tests and clusters may have no network).
-    """
+    """ImageNet weights of ``backbone`` from ``weights_path`` or else the torchvision cache
+    (:func:`rambo.harness.pretrained.find_weights`: never downloaded at run time)."""
     if backbone not in _IMAGENET_WEIGHTS:
         raise ValueError(f"no ImageNet weights for backbone {backbone!r}; set model.pretrained=false")
-    candidates = [Path(weights_path)] if weights_path else []
-    candidates.append(torchvision_cache_path(backbone))
-    for path in candidates:
-        if path.is_file():
-            return torch.load(path, map_location="cpu", weights_only=True)
-    raise FileNotFoundError(
-        f"ImageNet weights for {backbone} not found (looked at: {', '.join(map(str, candidates))}). "
-        f"Download {_IMAGENET_WEIGHTS[backbone].url} by hand and pass model.weights_path=FILE, "
-        f"or put it in {candidates[-1].parent}, or set model.pretrained=false for random init."
-    )
+    path = find_weights(backbone, _IMAGENET_WEIGHTS[backbone].url, weights_path)
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 class SmallConvNet(torch.nn.Module):

@@ -5,7 +5,7 @@
 
 Each dataset's folder and source come from the training config composed with the same Hydra
 overrides the runs get (given after ``--``), so the data stage and the runs agree on
-``dataset.root``: a dataset with ``dataset.generate`` set (the synthetic set, and every dataset
+``data.root``: a dataset with ``data.generate`` set (the synthetic set, and every dataset
 under the ``mini`` profile) is generated; the others are downloaded with their pinned checksums
 (``--no-verify`` is needed for In-shop, whose files have no published checksum).
 """
@@ -31,8 +31,8 @@ def prepare(data_dir: str, datasets, overrides=(), verify: bool = True) -> list[
     roots = []
     for name in datasets:
         with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-            cfg = compose("train", overrides=[f"dataset={name}", f"data_dir={data_dir}", "output_dir=unused", *overrides])
-        data = cfg.dataset
+            cfg = compose("train", overrides=[f"data={name}", f"data_dir={data_dir}", "output_dir=unused", *overrides])
+        data = cfg.data
         if data.get("generate") is not None:
             roots.append(generate_synthetic(data.root, **data.generate))
         else:

@@ -25,6 +25,7 @@ import colorsys
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -245,7 +246,7 @@ def _write_dataset(folder: Path, params: SyntheticParameters, show_progress: boo
     rows: dict[str, list[str]] = {"train": [], "test": []}
     image_id = 0
     total = params.num_classes * params.images_per_class
-    with tqdm(total=total, desc="synthetic images", unit="img", disable=not show_progress) as progress:
+    with tqdm(total=total, desc="synthetic images", unit="img", disable=not (show_progress and sys.stderr.isatty())) as progress:
         for class_id in range(1, params.num_classes + 1):
             appearance = draw_class(params.seed, class_id, params.num_super_classes)
             split = "train" if class_id <= num_train else "test"

@@ -1,0 +1,52 @@
+"""One epoch of detector training and one evaluation on a test set (as in the torchvision
+references): no configuration, only objects, so a user's own loop can call them."""
+
+from __future__ import annotations
+
+import torch
+
+from rambo.harness.run_log import progress
+
+from .augmentation import random_flips
+from .evaluation import evaluate_voc
+from .predict import collect_detections
+
+AP_METHODS = ("area", "11point")
+
+
+def train_one_epoch(model, loader, optimizer, scheduler, device, flips: torch.Generator, iterations: int,
+                    show_progress: bool = False, description: str = "") -> tuple[dict, int]:  # fmt: skip
+    """At most ``iterations`` steps over ``loader`` (``(images, targets)`` batches), random
+    horizontal flips drawn from ``flips``, the learning rate stepped every iteration.
+
+    Returns ``({loss name: mean over the steps}, images seen)``; a non-finite loss is a
+    ``FloatingPointError`` naming the step and each loss term.
+    """
+    model.train()
+    sums, count, images_seen = {}, 0, 0
+    for step, (images, targets) in enumerate(progress(loader, show_progress, total=iterations, desc=description)):
+        if step >= iterations:
+            break
+        images, targets = random_flips(images, targets, flips)
+        images = [image.to(device) for image in images]
+        targets = [{"boxes": t["boxes"].to(device), "labels": t["labels"].to(device)} for t in targets]
+        losses = model(images, targets)
+        loss = sum(losses.values())
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss at {description}, step {step}: { {k: float(v) for k, v in losses.items()} }")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        images_seen += len(images)
+        count += 1
+        for key, value in losses.items():
+            sums[key] = sums.get(key, 0.0) + value.item()
+    return {k: v / max(count, 1) for k, v in sums.items()}, images_seen
+
+
+def evaluate(model, dataset, device, batch_size: int, num_classes: int, show_progress: bool = False) -> dict:
+    """VOC AP50 of ``model`` on ``dataset`` (kept with its difficult objects) by both AP methods:
+    ``{"area": {"map", "ap"}, "11point": {...}}``."""
+    predictions, ground_truths = collect_detections(model, dataset, device, batch_size, show_progress)
+    return {method: evaluate_voc(predictions, ground_truths, num_classes, method) for method in AP_METHODS}

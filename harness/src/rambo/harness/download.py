@@ -1,0 +1,206 @@
+"""Put a dataset's files in place: fetched from official URLs, verified, written whole, extracted.
+
+:func:`ensure_dataset` is the one entry point of both training apps. For each :class:`DatasetFile`
+it accepts data that is already there (its ``ready`` path exists, e.g. a shared copy extracted by
+hand: nothing is checksummed or extracted again); otherwise it verifies a file put at
+``root/filename`` by hand, or downloads it (:func:`fetch_file`), and extracts archives with
+:func:`rambo.harness.extract.extract` (checked, staged, merged). Archives are kept.
+
+A download streams into a temporary sibling of its target and is renamed only once complete and
+its MD5 matches (:func:`rambo.harness.atomic.atomic_path`: usual ``0o666 & ~umask`` permissions).
+Every failure (offline, timeouts, HTTP errors, a web page served instead of the file, a wrong
+checksum) ends in a :class:`DownloadError` whose message holds the manual steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .atomic import atomic_path
+from .extract import ArchiveError, extract
+
+CHUNK_BYTES = 1 << 20
+TIMEOUT_S = 60  # seconds without a byte before a connection counts as failed
+_HTML_STARTS = (b"<!doctype html", b"<html", b"<head")
+# What a failing transfer raises: URLError (offline, refused, HTTP errors), timeouts and resets
+# (OSError), broken HTTP responses, and malformed URLs (ValueError).
+_NETWORK_ERRORS = (OSError, http.client.HTTPException, ValueError)
+
+
+class DownloadError(RuntimeError):
+    """A file could not be downloaded or verified; the message says how to put it in place by hand."""
+
+
+@dataclass(frozen=True)
+class DatasetFile:
+    """One file of a dataset: where to get it, its checksum, and how to tell it is in place."""
+
+    filename: str  # its name under the data root
+    urls: tuple[str, ...]  # tried in order
+    md5: str | None  # None: no published checksum; it can only be accepted unverified
+    extract: bool  # an archive, extracted into the data root
+    ready: str  # the path, relative to the data root, that exists once this file is in place
+
+
+class _Refused(Exception):
+    """What a URL served is not the file (a web page, a short transfer, a wrong checksum)."""
+
+
+def md5_of(path: str | os.PathLike) -> str:
+    """Hex MD5 of a file, read in chunks."""
+    digest = hashlib.md5()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def manual_steps(
+    target: Path, urls: Sequence[str], md5: str | None = None, homepage: str | None = None, ready: Path | None = None
+) -> str:
+    """How to put ``target`` in place by hand: the URLs, where to put it, its MD5."""
+    lines = [f"Download {target.name} by hand from one of:", *(f"    {url}" for url in urls)]
+    if homepage:
+        lines.append(f"  (dataset page: {homepage})")
+    checksum = f" (its MD5 must be {md5})" if md5 else ""
+    lines.append(f"put it at {target}{checksum}, and run the same command again: it is verified and used from there.")
+    if ready is not None:
+        lines.append(f"Or extract it yourself so that {ready} exists: data found there is used as it is.")
+    return "\n".join(lines)
+
+
+def _looks_like_html(first_chunk: bytes) -> bool:
+    return first_chunk[:64].lstrip().lower().startswith(_HTML_STARTS)
+
+
+def _stream(url: str, partial: Path, name: str, show_progress: bool, timeout: float) -> str:
+    """Write what ``url`` serves to ``partial`` (the download of file ``name``); return its MD5."""
+    digest = hashlib.md5()
+    html_expected = name.lower().endswith((".html", ".htm"))
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        headers = response.headers or {}
+        content_type = headers.get("Content-Type", "") or ""
+        if content_type.startswith("text/html") and not html_expected:
+            # Google Drive quota pages and expired mirrors answer with a web page instead of the file.
+            raise _Refused(f"got a web page (Content-Type {content_type}) instead of the file")
+        total = int(headers.get("Content-Length") or 0)
+        written = 0
+        with open(partial, "wb") as handle, tqdm(
+            total=total or None, unit="B", unit_scale=True, desc=name, disable=not show_progress
+        ) as progress:
+            for chunk in iter(lambda: response.read(CHUNK_BYTES), b""):
+                if written == 0 and not html_expected and _looks_like_html(chunk):
+                    raise _Refused("got a web page instead of the file")
+                handle.write(chunk)
+                digest.update(chunk)
+                written += len(chunk)
+                progress.update(len(chunk))
+    if total and written != total:
+        raise _Refused(f"the transfer ended after {written} of {total} bytes")
+    return digest.hexdigest()
+
+
+def fetch_file(
+    target: str | os.PathLike,
+    urls: Sequence[str],
+    md5: str | None = None,
+    *,
+    homepage: str | None = None,
+    ready: Path | None = None,
+    show_progress: bool | None = None,
+    timeout: float = TIMEOUT_S,
+) -> Path:
+    """Make sure ``target`` is present and, when ``md5`` is pinned, verified; download it if absent.
+
+    A file already at ``target`` (put there by hand) is verified, never replaced. Otherwise each
+    of ``urls`` is tried in turn; a download is renamed to ``target`` only once complete and
+    verified. Without a pinned ``md5`` the MD5 found is printed. ``show_progress=None`` shows a
+    progress bar only when stderr is a terminal. Raises :class:`DownloadError` (with the manual
+    steps; ``homepage`` and ``ready`` are mentioned in them) when no URL gives the file.
+    """
+    target = Path(target)
+    steps = manual_steps(target, urls, md5, homepage, ready)
+    if target.exists():
+        if md5 is not None:
+            found = md5_of(target)
+            if found != md5:
+                raise DownloadError(
+                    f"{target} has MD5 {found}, expected {md5}: it is incomplete or not the official file. "
+                    f"It was left as it is and nothing was extracted. Delete it and run again, or\n{steps}"
+                )
+        return target
+    if show_progress is None:
+        show_progress = sys.stderr.isatty()
+    failures = []
+    for url in urls:
+        try:
+            with atomic_path(target, suffix=".part") as partial:
+                found = _stream(url, partial, target.name, show_progress, timeout)
+                if md5 is not None and found != md5:
+                    raise _Refused(f"MD5 {found}, expected {md5}")
+        except (_Refused, *_NETWORK_ERRORS) as error:
+            failures.append(f"  {url}: {error}")
+            continue
+        if md5 is None:
+            print(f"{target.name}: MD5 {found} (not verified)", file=sys.stderr)
+        return target
+    raise DownloadError(f"could not download {target.name}:\n" + "\n".join(failures) + "\n" + steps)
+
+
+def ensure_dataset(
+    root: str | os.PathLike,
+    files: Iterable[DatasetFile],
+    *,
+    verify: bool = True,
+    homepage: str | None = None,
+    show_progress: bool | None = None,
+) -> list[Path]:
+    """Put every one of ``files`` in place under ``root``; return their ``ready`` paths.
+
+    A file whose ``ready`` path exists is accepted as it is (the folder found is printed). The
+    others are verified or downloaded (:func:`fetch_file`) and, if archives, extracted into
+    ``root``; then their ``ready`` path must exist. ``verify=False`` accepts files without checking
+    their MD5; with ``verify=True`` a file to fetch that has no pinned checksum is an error, raised
+    before anything is downloaded. Raises :class:`DownloadError` or
+    :class:`rambo.harness.extract.ArchiveError` (and its subclasses).
+    """
+    root = Path(root)
+    files = tuple(files)
+    missing = [item for item in files if not (root / item.ready).exists()]
+    unverifiable = [item.filename for item in missing if item.md5 is None]
+    if verify and unverifiable:
+        raise DownloadError(
+            f"no pinned checksum is known for {', '.join(unverifiable)}, so a download cannot be verified. "
+            "Accept the files unverified (--no-verify, verify=False); the MD5 found is printed."
+        )
+    for item in files:
+        ready = root / item.ready
+        if ready.exists():
+            print(f"found {ready}: {item.filename} is in place, not downloaded or extracted again", file=sys.stderr)
+            continue
+        path = fetch_file(
+            root / item.filename,
+            item.urls,
+            item.md5 if verify else None,
+            homepage=homepage,
+            ready=ready if item.extract else None,
+            show_progress=show_progress,
+        )
+        if item.extract:
+            extract(path, root)
+        if not ready.exists():
+            raise ArchiveError(
+                f"{path} is in place but {ready} is still missing: it is not the expected file. "
+                f"Delete it and download it again."
+            )
+    return [root / item.ready for item in files]

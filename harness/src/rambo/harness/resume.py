@@ -1,0 +1,81 @@
+"""The resume policy of a run: ``resume=false`` starts over, ``true`` continues the checkpoint of the
+same run and refuses another, ``auto`` (the pipeline's) continues the same run and sets a
+checkpoint of another run aside (renamed ``<name>.stale``) before starting over.
+
+What makes two runs "the same" is declared in each app's config: the run identity is the resolved
+configuration without the keys listed in ``resume_may_change`` (where files are, how the run is
+shown, which device runs it). Everything else, epochs included, must be equal: a changed value
+would silently mix two experiments in one result.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from .checkpoint import load_checkpoint
+
+POLICIES = (False, True, "auto")
+log = logging.getLogger(__name__)
+
+
+def check_policy(policy) -> None:
+    if policy not in POLICIES or isinstance(policy, int) and not isinstance(policy, bool):
+        raise ValueError(f"resume must be one of false, true, auto; got {policy!r}")
+
+
+def run_identity(config: Mapping, may_change: Iterable[str] = ()) -> dict:
+    """``config`` flattened to ``{"a.b": value}``, without the keys (and subtrees) in ``may_change``."""
+    skip = set(may_change)
+    flat = {}
+
+    def walk(node: Mapping, prefix: str) -> None:
+        for key, value in node.items():
+            name = f"{prefix}{key}"
+            if name in skip:
+                continue
+            if isinstance(value, Mapping) and value:
+                walk(value, f"{name}.")
+            else:
+                flat[name] = value
+
+    walk(config, "")
+    return flat
+
+
+def check_same_run(saved: Mapping, current: Mapping, path: str | Path) -> None:
+    """``ValueError`` naming the differing keys (old -> new) unless the two identities are equal."""
+    differing = sorted(key for key in set(saved) | set(current) if saved.get(key) != current.get(key))
+    if differing:
+        details = ", ".join(f"{key}: {saved.get(key)!r} -> {current.get(key)!r}" for key in differing[:6])
+        more = f" and {len(differing) - 6} more" if len(differing) > 6 else ""
+        raise ValueError(
+            f"{path} was written by a different configuration ({details}{more}); "
+            "use another checkpoint_path, or resume=false to start over"
+        )
+
+
+def checkpoint_to_resume(path: str | Path, policy, identity: Mapping, set_aside: bool = True) -> dict | None:
+    """The checkpoint at ``path`` to continue under ``policy``, or ``None`` to start over.
+
+    ``set_aside=False`` (the non-main processes of a distributed run) leaves the renaming of a
+    checkpoint of another run to the main process."""
+    check_policy(policy)
+    path = Path(path)
+    if policy is False or not path.is_file():
+        return None
+    state = load_checkpoint(path)
+    try:
+        check_same_run(state.get("identity", {}), identity, path)
+    except ValueError as error:
+        if policy != "auto":
+            raise
+        if set_aside:
+            stale = path.with_name(path.name + ".stale")
+            os.replace(path, stale)
+            log.warning("%s: moved it to %s and starting over", error, stale)
+        return None
+    log.info("resuming %s from epoch %s", path, state.get("epoch"))
+    return state

@@ -1,0 +1,104 @@
+"""The life of one training run, the same for every app: resume (or not) under the resume policy,
+one checkpoint and one learning-curve record per epoch, W&B mirroring, and the metrics at the end.
+
+An app builds its objects (model, optimizer, scheduler, loss, ...), hands the ones with a
+``state_dict`` to :class:`TrainingRun`, and loops over :meth:`TrainingRun.epochs`::
+
+    run = TrainingRun(cfg, {"model": model, "optimizer": optimizer}, is_main=setup.is_main)
+    for epoch in run.epochs(cfg.epochs):
+        row = {"epoch": epoch, "loss": train_one_epoch(...)}
+        run.end_epoch(row)
+    run.finish({"experiment": ..., "AP50": ...})
+
+The config keys it reads: ``seed``, ``experiment_name``, ``output_dir``, ``metrics_path``,
+``curve_path``, ``checkpoint_path``, ``resume``, ``resume_may_change``, ``max_epochs_this_run``
+and ``wandb.{mode, project, job_type}``. Only the main process writes files and talks to W&B.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+from .atomic import write_json
+from .checkpoint import rng_states, save_checkpoint, set_rng_states
+from .distributed import barrier
+from .resume import check_policy, checkpoint_to_resume, run_identity
+from .run_log import log_done, log_epoch
+from .wandb_run import start_run
+
+
+class TrainingRun:
+    """Resume, per-epoch checkpoint + curve + W&B, final metrics (see the module docstring).
+
+    ``stateful`` maps names to objects with ``state_dict`` / ``load_state_dict``; ``extra`` is
+    app data carried across a resume (e.g. the list of evaluations), restored into
+    :attr:`extra` and saved from it. ``summary_keys``: the keys of a curve record shown in the
+    per-epoch log line (all of them when ``None``).
+    """
+
+    def __init__(self, cfg: DictConfig, stateful: Mapping, extra: dict | None = None, is_main: bool = True,
+                 summary_keys: tuple[str, ...] | None = None):  # fmt: skip
+        check_policy(cfg.resume)
+        self.summary_keys = summary_keys
+        self.cfg, self.stateful, self.is_main = cfg, dict(stateful), is_main
+        self.config = OmegaConf.to_container(cfg, resolve=True)
+        self.identity = run_identity(self.config, cfg.resume_may_change)
+        self.checkpoint_path = Path(cfg.checkpoint_path)
+        self.epoch, self.curve, self.extra, wandb_id = 0, [], dict(extra or {}), None
+        state = checkpoint_to_resume(self.checkpoint_path, cfg.resume, self.identity, set_aside=is_main)
+        if state is not None:
+            for name, target in self.stateful.items():
+                target.load_state_dict(state["state"][name])
+            set_rng_states(state["rng"])
+            self.epoch, self.curve, wandb_id = state["epoch"], state["curve"], state.get("wandb_id")
+            self.extra.update(state["extra"])
+        self.wandb = None
+        if is_main:
+            self.wandb = start_run(
+                cfg.wandb.mode, cfg.wandb.project, group=cfg.experiment_name, name=f"{cfg.experiment_name}-seed{cfg.seed}",
+                config=self.config, directory=cfg.output_dir, job_type=cfg.wandb.get("job_type", "train"), run_id=wandb_id,
+            )  # fmt: skip
+
+    def epochs(self, total: int) -> Iterator[int]:
+        """The epochs (1-based) this invocation trains: from the one after the checkpoint's up to
+        ``total``, at most ``max_epochs_this_run`` of them (job time limits)."""
+        limit = self.cfg.get("max_epochs_this_run")
+        last = total if limit is None else min(total, self.epoch + int(limit))
+        yield from range(self.epoch + 1, last + 1)
+
+    def end_epoch(self, row: dict, total: int) -> None:
+        """Record ``row`` (with its ``"epoch"``), checkpoint, write the curve, log, mirror to W&B."""
+        self.epoch = row["epoch"]
+        self.curve.append(row)
+        if self.is_main:
+            save_checkpoint(
+                {"state": {name: target.state_dict() for name, target in self.stateful.items()},
+                 "epoch": self.epoch, "curve": self.curve, "extra": self.extra, "rng": rng_states(),
+                 "config": self.config, "identity": self.identity, "wandb_id": self.wandb.id if self.wandb else None},
+                self.checkpoint_path,
+            )  # fmt: skip
+            write_json(self.cfg.curve_path, self.curve)
+            shown = [k for k in row if k != "epoch" and (self.summary_keys is None or k in self.summary_keys)]
+            log_epoch(self.epoch, total, {k: row[k] for k in shown})
+            if self.wandb is not None:
+                self.wandb.log(row, step=self.epoch)
+        barrier()
+
+    def finish(self, metrics: dict, headline: Mapping | None = None) -> dict:
+        """Write the curve (also when a resumed run had no epoch left) and ``metrics``; close W&B."""
+        if self.is_main:
+            write_json(self.cfg.curve_path, self.curve)
+            write_json(self.cfg.metrics_path, metrics)
+            if self.wandb is not None:
+                for key, value in metrics.items():
+                    if isinstance(value, dict):
+                        self.wandb.summary.update({f"{key}/{k}": v for k, v in value.items() if not isinstance(v, (dict, list))})
+                    elif not isinstance(value, list):
+                        self.wandb.summary[key] = value
+                self.wandb.finish()
+            outputs = {"metrics": self.cfg.metrics_path, "curve": self.cfg.curve_path, "checkpoint": self.checkpoint_path}
+            log_done(headline if headline is not None else {}, outputs)
+        return metrics

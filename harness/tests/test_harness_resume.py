@@ -1,0 +1,33 @@
+import pytest
+
+from rambo.harness.checkpoint import save_checkpoint
+from rambo.harness.resume import check_policy, checkpoint_to_resume, run_identity
+
+
+def test_identity_leaves_out_the_keys_that_may_change():
+    config = {"seed": 0, "epochs": 8, "wandb": {"mode": "offline"}, "data": {"root": "/a", "lam": 4.0}, "device": "cpu"}
+    identity = run_identity(config, ["wandb", "data.root", "device"])
+    assert identity == {"seed": 0, "epochs": 8, "data.lam": 4.0}
+
+
+def test_policies(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    identity = {"seed": 0, "epochs": 2}
+    assert checkpoint_to_resume(path, True, identity) is None  # nothing to resume: start
+    save_checkpoint({"identity": identity, "epoch": 1}, path)
+    assert checkpoint_to_resume(path, False, identity) is None
+    assert checkpoint_to_resume(path, True, identity)["epoch"] == 1
+    assert checkpoint_to_resume(path, "auto", identity)["epoch"] == 1
+    other = {"seed": 0, "epochs": 3}
+    with pytest.raises(ValueError, match=r"different configuration \(epochs: 2 -> 3\)"):
+        checkpoint_to_resume(path, True, other)
+    assert path.is_file()  # refused, not touched
+    assert checkpoint_to_resume(path, "auto", other, set_aside=False) is None and path.is_file()
+    assert checkpoint_to_resume(path, "auto", other) is None
+    assert not path.exists() and path.with_name("checkpoint.pt.stale").is_file()
+
+
+@pytest.mark.parametrize("policy", ["yes", 1, 0, None, "true"])
+def test_unknown_policies_are_named(policy):
+    with pytest.raises(ValueError, match="resume must be one of false, true, auto"):
+        check_policy(policy)

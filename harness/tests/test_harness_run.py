@@ -1,0 +1,55 @@
+"""TrainingRun: the run's life, with a toy model (the apps' own tests run it for real)."""
+
+import json
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rambo.harness.run import TrainingRun
+
+
+def config(out, **extra):
+    return OmegaConf.create({
+        "seed": 0, "experiment_name": "toy", "output_dir": str(out), "metrics_path": f"{out}/metrics.json",
+        "curve_path": f"{out}/curve.json", "checkpoint_path": f"{out}/checkpoint.pt", "resume": False,
+        "resume_may_change": ["resume", "max_epochs_this_run", "wandb"], "max_epochs_this_run": None,
+        "lr": 0.1, "wandb": {"mode": "disabled", "project": "p"}, **extra,
+    })  # fmt: skip
+
+
+def train(cfg, epochs=3):
+    torch.manual_seed(cfg.seed)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    run = TrainingRun(cfg, {"model": model, "optimizer": optimizer}, extra={"seen": 0})
+    for epoch in run.epochs(epochs):
+        x = torch.randn(8, 3)  # drawn from the global generator: a resume must restore it
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        run.extra["seen"] += 8
+        run.end_epoch({"epoch": epoch, "loss": float(loss)}, epochs)
+    return run.finish({"epochs": run.epoch, "seen": run.extra["seen"], "weight": model.weight.tolist()})
+
+
+def test_a_killed_run_resumes_to_the_same_result(tmp_path):
+    straight = train(config(tmp_path / "a"))
+    partial = train(config(tmp_path / "b", max_epochs_this_run=1))
+    assert partial["epochs"] == 1
+    torch.manual_seed(123)  # whatever happened in between
+    resumed = train(config(tmp_path / "b", resume=True))
+    assert resumed == straight and resumed["seen"] == 24
+    assert json.loads((tmp_path / "b" / "curve.json").read_text()) == json.loads((tmp_path / "a" / "curve.json").read_text())
+    assert json.loads((tmp_path / "b" / "metrics.json").read_text()) == straight
+
+
+def test_another_configuration_is_refused_or_set_aside(tmp_path):
+    train(config(tmp_path, max_epochs_this_run=1))
+    with pytest.raises(ValueError, match=r"lr: 0.1 -> 0.2"):
+        train(config(tmp_path, resume=True, lr=0.2))
+    restarted = train(config(tmp_path, resume="auto", lr=0.2))
+    assert restarted["epochs"] == 3 and (tmp_path / "checkpoint.pt.stale").is_file()
+    with pytest.raises(ValueError, match="resume must be one of"):
+        train(config(tmp_path, resume="sometimes"))

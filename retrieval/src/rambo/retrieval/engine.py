@@ -1,0 +1,75 @@
+"""One epoch of training and one evaluation of a retrieval model (as in the torchvision references):
+no configuration, only objects, so a user's own loop can call them.
+
+Evaluation reports two protocols, labelled:
+
+* ``paper_protocol``: the evaluation with the best test R@1 (Kim et al. 2018, as the paper does);
+* ``fair_protocol``: the test metrics of the evaluation with the best *validation* R@1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from rambo.harness.run_log import progress
+
+from .distributed import global_batch_loss
+from .evaluate import compute_embeddings, evaluate_model, retrieval_metrics
+from .two_pass import two_pass_backward
+
+PAPER_PROTOCOL = "best test R@1 over the periodic evaluations (Kim et al. 2018; the paper's reporting)"
+FAIR_PROTOCOL = "test metrics of the evaluation with the best R@1 on a class-disjoint validation split"
+
+
+def train_one_epoch(model, loader, loss_fn, optimizer, device, two_pass_chunk_size: int | None = None,
+                    show_progress: bool = False, description: str = "") -> float:  # fmt: skip
+    """One pass over ``loader`` (``(images, labels, index)`` batches); returns the mean loss.
+
+    The loss is over the global batch (embeddings gathered across processes, see
+    :mod:`.distributed`); ``two_pass_chunk_size`` switches to the two-pass chunked backward.
+    """
+    model.train()
+    loss_fn.train()
+    losses = []
+    for images, labels, _ in progress(loader, show_progress, desc=description):
+        images, labels = images.to(device), labels.to(device)
+        optimizer.zero_grad(set_to_none=True)
+        if two_pass_chunk_size:
+            value = two_pass_backward(model, images, labels, loss_fn, two_pass_chunk_size)
+        else:
+            value = global_batch_loss(loss_fn, model(images), labels)
+            value.backward()
+        optimizer.step()
+        losses.append(float(value.detach()))
+    return float(np.mean(losses))
+
+
+def evaluate(model, splits: dict, ks, batch_size: int, num_workers: int, device) -> dict:
+    """``{"validation": metrics, "test": metrics}`` of ``model`` (``"validation"`` when ``splits``
+    has one; the test split is ``"test"`` or ``"query"`` + ``"gallery"``)."""
+    ks = list(ks)
+    record = {}
+    if splits.get("validation") is not None:
+        embeddings, labels = compute_embeddings(model, splits["validation"], batch_size, num_workers, device)
+        record["validation"] = retrieval_metrics(embeddings, labels, ks)
+    test = {k: v for k, v in splits.items() if k in ("test", "query", "gallery")}
+    record["test"] = evaluate_model(model, test, ks, batch_size, num_workers, device)
+    return record
+
+
+def select_protocols(history: list[dict]) -> dict:
+    """Both reporting protocols from the list of evaluations ``{"epoch", "validation", "test"}``
+    (earliest evaluation wins ties)."""
+    if not history:
+        return {}
+    paper = max(history, key=lambda h: (h["test"]["R@1"], -h["epoch"]))
+    result = {"paper_protocol": {"description": PAPER_PROTOCOL, "epoch": paper["epoch"], **paper["test"]}}
+    with_validation = [h for h in history if h.get("validation")]
+    if with_validation:
+        fair = max(with_validation, key=lambda h: (h["validation"]["R@1"], -h["epoch"]))
+        result["fair_protocol"] = {
+            "description": FAIR_PROTOCOL, "epoch": fair["epoch"],
+            "validation_R@1": fair["validation"]["R@1"], **fair["test"],
+        }  # fmt: skip
+    return result
