@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from rambo.harness.atomic import write_text
+
 PROFILES = Path(__file__).resolve().parent / "profiles"
 
 
@@ -22,9 +24,7 @@ def set_profile(name: str, params: Path = Path("params.yaml")) -> bool:
     text = source.read_text()
     if params.is_file() and params.read_text() == text:
         return False
-    tmp = params.with_name(params.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(params)
+    write_text(params, text)
     return True
 
 

@@ -8,14 +8,13 @@ maps use ``cividis`` for the same reason. Figures are written through a temporar
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: scripts run headless in tests and pipeline stages
 import matplotlib.pyplot as plt  # noqa: E402
+from rambo.harness.atomic import atomic_path  # noqa: E402
 
 OKABE_ITO = {
     "black": "#000000",
@@ -46,15 +45,9 @@ plt.rcParams.update(
 
 
 def _replace_atomically(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
-    os.close(handle)
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    """``write(temporary)`` then rename (:func:`rambo.harness.atomic.atomic_path`): no half-written figure."""
+    with atomic_path(path, suffix=path.suffix) as temporary:
+        write(str(temporary))
 
 
 def save_figure(fig, out_dir: Path, name: str) -> list[Path]:

@@ -10,15 +10,14 @@ mean absolute rank error after training, in ranks).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, when run as a script
 
 import torch  # noqa: E402
 from rambo.core import exact_rank  # noqa: E402
+from rambo.harness.atomic import save_torch  # noqa: E402
 
 from figure_style import save_numbers  # noqa: E402
 from sodeep_sorter import SoDeepSorter, sorting_loss, synthetic_sequences  # noqa: E402
@@ -45,15 +44,7 @@ def parse_args(argv=None):
 
 
 def save_checkpoint(checkpoint: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(handle)
-    try:
-        torch.save(checkpoint, temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    save_torch(checkpoint, path)
 
 
 def main(argv=None) -> dict:

@@ -176,5 +176,5 @@ def test_prepare_generates_synthetic_and_downloads_voc_where_the_runs_read(tmp_p
     monkeypatch.setattr(prepare_module, "fetch", lambda root, names: fetched.append((Path(root), tuple(names))))
     assert prepare_module.prepare(tmp_path, ["voc0712"]) == [tmp_path / "voc"]
     assert fetched == [(tmp_path / "voc", ("voc2007-trainval", "voc2007-test", "voc2012-trainval"))]
-    with pytest.raises(ValueError, match="unknown detection datasets"):
+    with pytest.raises(ValueError, match="unknown datasets"):
         prepare_module.prepare(tmp_path, ["coco"])

@@ -49,3 +49,18 @@ def test_atomic_path_keeps_the_suffix_a_writer_needs(tmp_path):
         assert temporary.suffix == ".npz" and temporary.parent == tmp_path
         temporary.write_bytes(b"x")
     assert (tmp_path / "scores.npz").read_bytes() == b"x"
+
+
+def test_folders_made_by_mkdtemp_get_default_permissions(tmp_path):
+    import tempfile
+
+    from rambo.harness.atomic import give_default_permissions
+
+    folder = tempfile.mkdtemp(dir=tmp_path)
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    previous = os.umask(0o022)
+    try:
+        give_default_permissions(folder)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o755

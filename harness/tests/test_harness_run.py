@@ -30,7 +30,7 @@ def train(cfg, epochs=3):
         loss.backward()
         optimizer.step()
         run.extra["seen"] += 8
-        run.end_epoch({"epoch": epoch, "loss": float(loss)}, epochs)
+        run.end_epoch({"epoch": epoch, "loss": float(loss.detach())}, epochs)
     return run.finish({"epochs": run.epoch, "seen": run.extra["seen"], "weight": model.weight.tolist()})
 
 

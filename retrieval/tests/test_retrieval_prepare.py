@@ -5,7 +5,7 @@ from rambo.retrieval.prepare import main, prepare
 
 
 def test_prepare_generates_the_synthetic_set_where_the_runs_read_it(tmp_path, capsys):
-    main(["--data-dir", str(tmp_path), "--datasets", "synthetic", "--", "profile=tiny"])
+    main(["--data-dir", str(tmp_path), "--data", "synthetic", "--", "profile=tiny"])
     root = tmp_path / "synthetic_tiny"  # dataset.root of profile=tiny
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(root)
     train = datasets.load_dataset("synthetic", root, "train")
@@ -14,7 +14,7 @@ def test_prepare_generates_the_synthetic_set_where_the_runs_read_it(tmp_path, ca
 
 def test_prepare_downloads_real_datasets_into_their_root(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr("rambo.retrieval.prepare.download", lambda name, root, verify: calls.append((name, root, verify)))
+    monkeypatch.setattr("rambo.retrieval.prepare.download", lambda name, root, verify: calls.append((name, root, verify)) or root)
     prepare(str(tmp_path), ["sop", "inshop"], ["profile=paper"], verify=False)
     assert calls == [("sop", f"{tmp_path}/sop", False), ("inshop", f"{tmp_path}/inshop", False)]
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import tempfile
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from rambo.harness.atomic import write_text
 
 SHAPES = ("circle", "square", "triangle", "diamond", "star", "cross", "ring", "hexagon", "crescent", "bar")
 COLOURS = {
@@ -194,13 +194,6 @@ def annotation_xml(image_id: str, image_size: int, objects) -> ET.ElementTree:
     return ET.ElementTree(root)
 
 
-def _write_atomic_text(path: Path, text: str) -> None:
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(handle, "w") as out:
-        out.write(text)
-    os.replace(temporary, path)
-
-
 def generate(root: str | Path, seed: int = 0, num_trainval: int = 160, num_test: int = 80, image_size: int = 96) -> Path:
     """Write the dataset under ``root`` (a VOC folder) and return it. Same seed, same files."""
     if num_trainval < 1 or num_test < 1:
@@ -220,8 +213,8 @@ def generate(root: str | Path, seed: int = 0, num_trainval: int = 160, num_test:
         annotation_xml(image_id, image_size, objects).write(root / "Annotations" / f"{image_id}.xml")
         splits[split].append(image_id)
     for split, ids in splits.items():
-        _write_atomic_text(root / "ImageSets" / "Main" / f"{split}.txt", "".join(f"{i}\n" for i in ids))
-    _write_atomic_text(root / "classes.txt", "".join(f"{name}\n" for name in SYNTHETIC_CLASSES))
+        write_text(root / "ImageSets" / "Main" / f"{split}.txt", "".join(f"{i}\n" for i in ids))
+    write_text(root / "classes.txt", "".join(f"{name}\n" for name in SYNTHETIC_CLASSES))
     return root
 
 

@@ -22,6 +22,13 @@ def _umask() -> int:
     return mask
 
 
+def give_default_permissions(path: str | os.PathLike) -> None:
+    """The permissions ``open`` / ``mkdir`` would have given ``path`` (0o666 or 0o777 less the
+    umask), for files and folders made by ``mkstemp`` / ``mkdtemp`` (owner-only)."""
+    path = Path(path)
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = ".tmp"):
     """Yield a temporary path beside ``path``; on success it is renamed to ``path``.
@@ -37,7 +44,7 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp"):
     temporary = Path(name)
     try:
         yield temporary
-        os.chmod(temporary, 0o666 & ~_umask())
+        give_default_permissions(temporary)
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)

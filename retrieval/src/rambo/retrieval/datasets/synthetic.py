@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from rambo.harness.atomic import give_default_permissions
 from tqdm import tqdm
 
 # Bump when the drawing changes, so an old copy on disk is not mistaken for the current one.
@@ -308,6 +309,7 @@ def generate_synthetic(
     partial = Path(tempfile.mkdtemp(prefix=f".{root.name}.partial-", dir=root.parent))
     try:
         _write_dataset(partial, params, show_progress)
+        give_default_permissions(partial)  # mkdtemp's folder is owner-only
         try:
             # Renaming onto an empty folder is allowed; onto a non-empty one it fails.
             os.replace(partial, root)

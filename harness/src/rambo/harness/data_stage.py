@@ -1,0 +1,56 @@
+"""The data stage of the pipeline, the same for both apps: put every dataset a profile's runs read
+under one data folder, where the runs will look for it.
+
+Each dataset's folder and source come from the app's own training config, composed with the same
+Hydra overrides the runs get (given after ``--``), so the data stage and the runs always agree on
+``data.root``. What to do with a dataset (generate it, or download and extract it) is the app's
+``prepare_one(name, data_config, verify)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from hydra import compose, initialize_config_dir
+
+from .download import DownloadError
+from .extract import ArchiveError
+
+
+def compose_data(config_dir: str | Path, name: str, data_dir: str | Path, overrides: Sequence[str] = ()):
+    """The ``data`` node of the app's ``train`` config with ``data=<name>`` and ``data_dir``."""
+    with initialize_config_dir(str(config_dir), version_base="1.3"):
+        cfg = compose("train", overrides=[f"data={name}", f"data_dir={data_dir}", "output_dir=unused", *overrides])
+    return cfg.data
+
+
+def prepare(config_dir: str | Path, choices: Sequence[str], prepare_one: Callable, data_dir: str | Path,
+            names: Sequence[str], overrides: Sequence[str] = (), verify: bool = True) -> list[Path]:  # fmt: skip
+    """``prepare_one`` for each dataset in ``names``; returns the folders it put in place."""
+    unknown = sorted(set(names) - set(choices))
+    if unknown:
+        raise ValueError(f"unknown datasets {unknown}; choose from {tuple(choices)}")
+    return [Path(prepare_one(name, compose_data(config_dir, name, data_dir, overrides), verify)) for name in names]
+
+
+def main(prog: str, description: str, config_dir: str | Path, choices: Sequence[str], prepare_one: Callable,
+         argv: Sequence[str] | None = None) -> int:  # fmt: skip
+    """``prog --data-dir DIR --data NAME... [--no-verify] [-- OVERRIDES]``: prints each folder;
+    a download or archive that fails prints ``error: ...`` with the manual steps and returns 1."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--data-dir", required=True, help="the runs' data_dir")
+    parser.add_argument("--data", nargs="+", required=True, choices=choices, help="datasets (the runs' data=...)")
+    parser.add_argument("--no-verify", action="store_true", help="accept downloads without a pinned checksum")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides of the runs, after --")
+    args = parser.parse_args(argv)
+    try:
+        folders = prepare(config_dir, choices, prepare_one, args.data_dir, args.data, args.overrides, not args.no_verify)
+    except (DownloadError, ArchiveError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for folder in folders:
+        print(folder)
+    return 0
