@@ -9,8 +9,9 @@ SUBPROJECTS := $(patsubst %/pyproject.toml,%,$(wildcard */pyproject.toml))
 TEST_DIRS := $(wildcard $(addsuffix /tests,$(SUBPROJECTS)) figures/tests ablations/tests tests)
 PROFILE ?= mini
 BENCH_ARGS ?=
+FORCE_PROFILE ?=
 
-.PHONY: help install test test-slow bench reproduce figures
+.PHONY: help install test test-slow bench reproduce figures tables
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -33,8 +34,8 @@ test-slow: install ## run the tests marked slow as well
 bench: install ## AP-loss speed benchmark vs the reference algorithm and one float32 sort (BENCH_ARGS="--with-1e8 --device cuda")
 	$(PY) -m rambo.core.benchmark --out core/benchmarks/ap_loss.json --markdown core/benchmarks/ap_loss.md $(BENCH_ARGS)
 
-reproduce: install ## run the pipeline: PROFILE=mini (default; CPU, synthetic data) or PROFILE=paper (GPUs, real data)
-	$(PY) ablations/set_profile.py $(PROFILE)
+reproduce: install ## run the pipeline: PROFILE=mini (default; CPU, synthetic data) or PROFILE=paper (GPUs, real data); FORCE_PROFILE=1 discards local edits of params.yaml
+	$(PY) ablations/set_profile.py $(PROFILE) $(if $(FORCE_PROFILE),--force)
 	@start=$$(date +%s); PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro; status=$$?; \
 	  echo "pipeline finished in $$(( $$(date +%s) - start )) s (exit $$status)"; exit $$status
 	@echo "tables:  results/tables/tables.md (one Markdown and JSON file per table beside it)"
@@ -43,3 +44,6 @@ reproduce: install ## run the pipeline: PROFILE=mini (default; CPU, synthetic da
 
 figures: install ## rebuild every figure (their DVC stages, and whatever they depend on that is out of date)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro figure_1 figure_2 figure_3 figure_4 figure_5 figure_6 table_6
+
+tables: install ## the tables from the runs' metrics.json under results/runs/ (e.g. runs made on a cluster), without running or deleting anything upstream
+	$(PY) ablations/tables.py --runs results/runs --params params.yaml --out results/tables

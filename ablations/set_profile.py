@@ -2,7 +2,9 @@
 
 params.yaml is what every DVC stage reads; ablations/profiles/<name>.yaml holds each profile. The
 file is replaced only when it differs, so that switching to the profile already in place leaves
-every stage up to date.
+every stage up to date. A params.yaml that is none of the profiles (edited by hand) is never
+overwritten silently: ``--force`` (``make reproduce ... FORCE_PROFILE=1``) replaces it, else the
+command stops and says so; run ``dvc repro`` directly to use the edited file.
 """
 
 from __future__ import annotations
@@ -15,21 +17,31 @@ from rambo.harness.atomic import write_text
 PROFILES = Path(__file__).resolve().parent / "profiles"
 
 
-def set_profile(name: str, params: Path = Path("params.yaml")) -> bool:
-    """Copy the profile to ``params``; returns whether the file changed."""
+def set_profile(name: str, params: Path = Path("params.yaml"), force: bool = False) -> bool:
+    """Copy the profile to ``params``; returns whether the file changed. ``SystemExit`` naming the
+    problem for an unknown profile, or for a locally edited ``params`` unless ``force``."""
     source = PROFILES / f"{name}.yaml"
     if not source.is_file():
         known = ", ".join(sorted(p.stem for p in PROFILES.glob("*.yaml")))
         raise SystemExit(f"unknown profile {name!r}; known profiles: {known}")
     text = source.read_text()
-    if params.is_file() and params.read_text() == text:
-        return False
+    if params.is_file():
+        current = params.read_text()
+        if current == text:
+            return False
+        if not force and all(current != profile.read_text() for profile in PROFILES.glob("*.yaml")):
+            raise SystemExit(
+                f"{params} has local edits (it is none of the profiles in {PROFILES}); not overwriting it.\n"
+                f"Keep them: run `dvc repro` directly (with .venv/bin on PATH). Discard them: "
+                f"`make reproduce PROFILE={name} FORCE_PROFILE=1` (or set_profile.py {name} --force)."
+            )
     write_text(params, text)
     return True
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: python ablations/set_profile.py PROFILE")
-    changed = set_profile(sys.argv[1])
-    print(f"params.yaml: profile {sys.argv[1]}" + (" (switched)" if changed else " (unchanged)"))
+    arguments = [a for a in sys.argv[1:] if a != "--force"]
+    if len(arguments) != 1:
+        raise SystemExit("usage: python ablations/set_profile.py PROFILE [--force]")
+    changed = set_profile(arguments[0], force="--force" in sys.argv[1:])
+    print(f"params.yaml: profile {arguments[0]}" + (" (switched)" if changed else " (unchanged)"))

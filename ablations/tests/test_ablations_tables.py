@@ -74,3 +74,27 @@ def test_wandb_mode_honours_wandb_mode_and_netrc_like_the_apps(monkeypatch, tmp_
     monkeypatch.setattr(tables, "start_run", lambda mode, *args, **kwargs: started.append(mode))
     tables.log_to_wandb([], "offline", "p", {}, tmp_path)
     assert started == ["offline"]
+
+
+def test_set_profile_never_overwrites_a_locally_edited_params_file(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    script = root / "ablations" / "set_profile.py"
+    params = tmp_path / "params.yaml"
+
+    def set_profile(*args):
+        return subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True)
+
+    assert set_profile("mini").returncode == 0 and params.read_text() == (root / "ablations/profiles/mini.yaml").read_text()
+    assert set_profile("tiny").returncode == 0  # switching between unedited profiles is fine
+    params.write_text(params.read_text() + "# my edit\n")
+    refused = set_profile("mini")
+    assert refused.returncode != 0 and "local edits" in refused.stderr and params.read_text().endswith("# my edit\n")
+    assert set_profile("mini", "--force").returncode == 0 and "# my edit" not in params.read_text()
+
+
+def test_make_tables_builds_the_tables_from_runs_alone(tmp_path):
+    """`make tables`: the documented way to bring in runs made elsewhere (no DVC, nothing upstream)."""
+    root = Path(__file__).resolve().parents[2]
+    recipe = subprocess.run(["make", "-n", "tables", "PY=python"], cwd=root, capture_output=True, text=True).stdout
+    assert "ablations/tables.py --runs results/runs --params params.yaml --out results/tables" in recipe
+    assert "dvc" not in recipe.split("ablations/tables.py")[1]
