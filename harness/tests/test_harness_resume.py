@@ -31,3 +31,13 @@ def test_policies(tmp_path):
 def test_unknown_policies_are_named(policy):
     with pytest.raises(ValueError, match="resume must be one of false, true, auto"):
         check_policy(policy)
+
+
+def test_a_key_declared_changeable_later_is_not_a_difference(tmp_path):
+    """A checkpoint written before ``name`` joined ``resume_may_change`` still resumes."""
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint({"identity": {"seed": 0, "name": "old", "wandb.mode": "offline"}, "epoch": 2}, path)
+    state = checkpoint_to_resume(path, True, {"seed": 0}, may_change=["name", "wandb"])
+    assert state["epoch"] == 2
+    with pytest.raises(ValueError, match="seed: 0 -> 1"):
+        checkpoint_to_resume(path, True, {"seed": 1}, may_change=["name", "wandb"])

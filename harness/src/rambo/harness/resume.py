@@ -57,18 +57,28 @@ def check_same_run(saved: Mapping, current: Mapping, path: str | Path) -> None:
         )
 
 
-def checkpoint_to_resume(path: str | Path, policy, identity: Mapping, set_aside: bool = True) -> dict | None:
+def _without(identity: Mapping, may_change: Iterable[str]) -> dict:
+    """``identity`` less the keys under ``may_change`` (applied to a saved identity too, so that a
+    key declared changeable after the checkpoint was written does not count as a difference)."""
+    prefixes = tuple(may_change)
+    return {key: value for key, value in identity.items()
+            if not any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)}  # fmt: skip
+
+
+def checkpoint_to_resume(path: str | Path, policy, identity: Mapping, set_aside: bool = True,
+                         may_change: Iterable[str] = ()) -> dict | None:  # fmt: skip
     """The checkpoint at ``path`` to continue under ``policy``, or ``None`` to start over.
 
     ``set_aside=False`` (the non-main processes of a distributed run) leaves the renaming of a
-    checkpoint of another run to the main process."""
+    checkpoint of another run to the main process; ``may_change`` is the run's
+    ``resume_may_change`` (see :func:`_without`)."""
     check_policy(policy)
     path = Path(path)
     if policy is False or not path.is_file():
         return None
     state = load_checkpoint(path)
     try:
-        check_same_run(state.get("identity", {}), identity, path)
+        check_same_run(_without(state.get("identity", {}), may_change), _without(identity, may_change), path)
     except ValueError as error:
         if policy != "auto":
             raise

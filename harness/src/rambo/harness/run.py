@@ -48,7 +48,8 @@ class TrainingRun:
         self.identity = run_identity(self.config, cfg.resume_may_change)
         self.checkpoint_path = Path(cfg.checkpoint_path)
         self.epoch, self.curve, self.extra, wandb_id = 0, [], dict(extra or {}), None
-        state = checkpoint_to_resume(self.checkpoint_path, cfg.resume, self.identity, set_aside=is_main)
+        state = checkpoint_to_resume(self.checkpoint_path, cfg.resume, self.identity, set_aside=is_main,
+                                     may_change=cfg.resume_may_change)  # fmt: skip
         if state is not None:
             for name, target in self.stateful.items():
                 target.load_state_dict(state["state"][name])
