@@ -54,7 +54,11 @@ def save_figure(fig, out_dir: Path, name: str) -> list[Path]:
     """Write ``fig`` as ``<out_dir>/<name>.png`` and ``.pdf``; close it; return the two paths."""
     paths = [Path(out_dir) / f"{name}.{ext}" for ext in ("png", "pdf")]
     for path in paths:
-        _replace_atomically(path, lambda temporary, ext=path.suffix[1:]: fig.savefig(temporary, format=ext, bbox_inches="tight"))
+        ext = path.suffix[1:]
+        # No creation date in the PDF: a rerun of an unchanged figure gives the same bytes.
+        metadata = {"CreationDate": None} if ext == "pdf" else None
+        _replace_atomically(path, lambda temporary, ext=ext, metadata=metadata: fig.savefig(
+            temporary, format=ext, bbox_inches="tight", metadata=metadata))
     plt.close(fig)
     return paths
 
