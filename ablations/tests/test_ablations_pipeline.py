@@ -63,3 +63,10 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
     second = run([str(BIN / "dvc"), "repro"], tiny_repo)
     assert "Running stage" not in second
     assert "Data and pipelines are up to date" in second
+
+    # `dvc metrics show` is a table a person can read: each run's headline numbers, nothing else
+    shown = run([str(BIN / "dvc"), "metrics", "show"], tiny_repo).splitlines()
+    assert any("headline.json" in line for line in shown) and not any("summary.json" in line for line in shown)
+    assert max(len(line) for line in shown) < 160, max(shown, key=len)
+    headline = json.loads(next((tiny_repo / "results" / "runs" / "retrieval").glob("*/seed0/headline.json")).read_text())
+    assert set(headline) == {"R@1", "MAP@R", "fair_R@1"}

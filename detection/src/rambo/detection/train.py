@@ -112,7 +112,8 @@ def train(cfg: DictConfig) -> dict:
     seconds, images = run.extra["train_seconds"], run.extra["train_images"]
     speed = {"train images/s": images / seconds if seconds > 0 else None,
              "eval images/s": len(test_set) / eval_seconds if eval_seconds > 0 else None}  # the log's, not the metrics'
-    return run.finish(detection_metrics(cfg, classes, results, run), {"AP50": results[cfg.eval.method]["map"], **speed})
+    headline = {"AP50": results[cfg.eval.method]["map"], "AP50_area": results["area"]["map"]}
+    return run.finish(detection_metrics(cfg, classes, results, run), headline, speed)
 
 
 def detection_metrics(cfg: DictConfig, classes, results: dict, run: TrainingRun) -> dict:

@@ -11,7 +11,7 @@ An app builds its objects (model, optimizer, scheduler, loss, ...), hands the on
     run.finish({"experiment": ..., "AP50": ...})
 
 The config keys it reads: ``seed``, ``experiment_name``, ``output_dir``, ``metrics_path``,
-``curve_path``, ``checkpoint_path``, ``resume``, ``resume_may_change``, ``max_epochs_this_run``
+``headline_path`` (optional), ``curve_path``, ``checkpoint_path``, ``resume``, ``resume_may_change``, ``max_epochs_this_run``
 and ``wandb.{mode, project, job_type}``. Only the main process writes files and talks to W&B.
 """
 
@@ -88,11 +88,16 @@ class TrainingRun:
                 self.wandb.log(row, step=self.epoch)
         barrier()
 
-    def finish(self, metrics: dict, headline: Mapping | None = None) -> dict:
-        """Write the curve (also when a resumed run had no epoch left) and ``metrics``; close W&B."""
+    def finish(self, metrics: dict, headline: Mapping | None = None, log_extra: Mapping | None = None) -> dict:
+        """Write the curve (also when a resumed run had no epoch left), ``metrics`` and, at
+        ``headline_path``, the ``headline`` numbers (what ``dvc metrics show`` lists: a few
+        machine-independent numbers per run); close W&B; log the headline and ``log_extra``
+        (e.g. throughput, which belongs in the log, not in tracked files)."""
         if self.is_main:
             write_json(self.cfg.curve_path, self.curve)
             write_json(self.cfg.metrics_path, metrics)
+            if headline is not None and self.cfg.get("headline_path"):
+                write_json(self.cfg.headline_path, dict(headline))
             if self.wandb is not None:
                 for key, value in metrics.items():
                     if isinstance(value, dict):
@@ -101,5 +106,5 @@ class TrainingRun:
                         self.wandb.summary[key] = value
                 self.wandb.finish()
             outputs = {"metrics": self.cfg.metrics_path, "curve": self.cfg.curve_path, "checkpoint": self.checkpoint_path}
-            log_done(headline if headline is not None else {}, outputs)
+            log_done({**(headline or {}), **(log_extra or {})}, outputs)
         return metrics

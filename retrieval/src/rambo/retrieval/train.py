@@ -113,7 +113,9 @@ def train(cfg: DictConfig) -> dict:
     protocols = select_protocols(history)
     metrics = {"experiment": cfg.experiment_name, "seed": cfg.seed, "epochs_trained": run.epoch,
                "complete": run.epoch == cfg.epochs, **protocols}  # fmt: skip
-    return run.finish(metrics, {"R@1 (paper protocol)": protocols.get("paper_protocol", {}).get("R@1")})
+    paper, fair = protocols.get("paper_protocol", {}), protocols.get("fair_protocol", {})
+    headline = {"R@1": paper.get("R@1"), "MAP@R": paper.get("MAP@R"), "fair_R@1": fair.get("R@1")}
+    return run.finish(metrics, headline)
 
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
