@@ -70,3 +70,12 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
     assert max(len(line) for line in shown) < 160, max(shown, key=len)
     headline = json.loads(next((tiny_repo / "results" / "runs" / "retrieval").glob("*/seed0/headline.json")).read_text())
     assert set(headline) == {"R@1", "MAP@R", "fair_R@1"}
+
+    # every learning curve renders in `dvc plots show` (retrieval's records used to break it)
+    curves = [str(c.relative_to(tiny_repo)) for c in sorted((tiny_repo / "results" / "runs").glob("*/*/seed0/curve.json"))]
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    shown = subprocess.run([str(BIN / "dvc"), "plots", "show", "--json", *curves], cwd=tiny_repo, env=env,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    plots = json.loads(shown.stdout)
+    assert {c.split("/")[2] for c in curves} == {"retrieval", "detection"}
+    assert not plots.get("errors") and all(plots["data"][c] for c in curves), plots.get("errors")

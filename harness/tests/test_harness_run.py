@@ -53,3 +53,11 @@ def test_another_configuration_is_refused_or_set_aside(tmp_path):
     assert restarted["epochs"] == 3 and (tmp_path / "checkpoint.pt.stale").is_file()
     with pytest.raises(ValueError, match="resume must be one of"):
         train(config(tmp_path, resume="sometimes"))
+
+
+def test_the_curve_file_has_the_same_keys_in_every_record(tmp_path):
+    """DVC's plots fail on records with different keys (an evaluation every few epochs)."""
+    from rambo.harness.run import homogeneous
+
+    assert homogeneous([{"epoch": 1, "loss": 2.0}, {"epoch": 2, "loss": 1.0, "test/R@1": 0.5}]) == [
+        {"epoch": 1, "loss": 2.0, "test/R@1": None}, {"epoch": 2, "loss": 1.0, "test/R@1": 0.5}]

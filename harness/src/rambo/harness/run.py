@@ -30,6 +30,14 @@ from .run_log import log_done, log_epoch
 from .wandb_run import start_run
 
 
+def homogeneous(records: list[dict]) -> list[dict]:
+    """Every record with every key (``None`` where a record lacks one), keys in order of first
+    appearance: DVC's plots fail on a list whose records differ in keys (retrieval evaluates only
+    every ``eval_every`` epochs), and render it fine this way."""
+    keys = list(dict.fromkeys(key for record in records for key in record))
+    return [{key: record.get(key) for key in keys} for record in records]
+
+
 class TrainingRun:
     """Resume, per-epoch checkpoint + curve + W&B, final metrics (see the module docstring).
 
@@ -81,7 +89,7 @@ class TrainingRun:
                  "config": self.config, "identity": self.identity, "wandb_id": self.wandb.id if self.wandb else None},
                 self.checkpoint_path,
             )  # fmt: skip
-            write_json(self.cfg.curve_path, self.curve)
+            write_json(self.cfg.curve_path, homogeneous(self.curve))
             shown = [k for k in row if k != "epoch" and (self.summary_keys is None or k in self.summary_keys)]
             log_epoch(self.epoch, total, {k: row[k] for k in shown})
             if self.wandb is not None:
@@ -94,7 +102,7 @@ class TrainingRun:
         machine-independent numbers per run); close W&B; log the headline and ``log_extra``
         (e.g. throughput, which belongs in the log, not in tracked files)."""
         if self.is_main:
-            write_json(self.cfg.curve_path, self.curve)
+            write_json(self.cfg.curve_path, homogeneous(self.curve))
             write_json(self.cfg.metrics_path, metrics)
             if headline is not None and self.cfg.get("headline_path"):
                 write_json(self.cfg.headline_path, dict(headline))
