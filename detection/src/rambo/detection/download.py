@@ -23,30 +23,18 @@ __all__ = ["ARCHIVES", "DownloadError", "fetch", "main"]
 HOMEPAGE = "http://host.robots.ox.ac.uk/pascal/VOC/"
 _MIRROR = "https://thor.robots.ox.ac.uk/pascal/VOC"
 
+
+def _voc(year: int, filename: str, md5: str, image_set: str) -> DatasetFile:
+    """A VOC tar on the official mirror; ``ready`` is an image-set list only that archive provides."""
+    return DatasetFile(filename, (f"{_MIRROR}/voc{year}/{filename}",), md5=md5, extract=True,
+                       ready=f"VOCdevkit/VOC{year}/ImageSets/Main/{image_set}.txt")  # fmt: skip
+
+
 # The official mirror of the VOC server at Oxford; md5 sums as published with torchvision's VOC loader.
-# ``ready`` is an image-set list that only that archive provides.
 ARCHIVES: dict[str, DatasetFile] = {
-    "voc2007-trainval": DatasetFile(
-        "VOCtrainval_06-Nov-2007.tar",
-        (f"{_MIRROR}/voc2007/VOCtrainval_06-Nov-2007.tar",),
-        md5="c52e279531787c972589f7e41ab4ae64",
-        extract=True,
-        ready="VOCdevkit/VOC2007/ImageSets/Main/trainval.txt",
-    ),
-    "voc2007-test": DatasetFile(
-        "VOCtest_06-Nov-2007.tar",
-        (f"{_MIRROR}/voc2007/VOCtest_06-Nov-2007.tar",),
-        md5="b6e924de25625d8de591ea690078ad9f",
-        extract=True,
-        ready="VOCdevkit/VOC2007/ImageSets/Main/test.txt",
-    ),
-    "voc2012-trainval": DatasetFile(
-        "VOCtrainval_11-May-2012.tar",
-        (f"{_MIRROR}/voc2012/VOCtrainval_11-May-2012.tar",),
-        md5="6cd6e144f989b92b3379bac3b3de84fd",
-        extract=True,
-        ready="VOCdevkit/VOC2012/ImageSets/Main/trainval.txt",
-    ),
+    "voc2007-trainval": _voc(2007, "VOCtrainval_06-Nov-2007.tar", "c52e279531787c972589f7e41ab4ae64", "trainval"),
+    "voc2007-test": _voc(2007, "VOCtest_06-Nov-2007.tar", "b6e924de25625d8de591ea690078ad9f", "test"),
+    "voc2012-trainval": _voc(2012, "VOCtrainval_11-May-2012.tar", "6cd6e144f989b92b3379bac3b3de84fd", "trainval"),
 }
 
 

@@ -84,7 +84,8 @@ def train(cfg: DictConfig) -> dict:
     seed_everything(cfg.seed)
     device = resolve_device(cfg.device, setup.local_rank)
     classes = class_names(cfg.data)
-    prepare_data(cfg.data) if setup.is_main else None
+    if setup.is_main:
+        prepare_data(cfg.data)
     barrier()  # rank 0 generated the synthetic set, if any
     train_set = VOCDetectionDataset(cfg.data.train_roots, cfg.data.train_set, classes, train=True, max_images=cfg.data.max_train_images)
     test_set = VOCDetectionDataset([cfg.data.test_root], cfg.data.test_set, classes, train=False, max_images=cfg.data.max_test_images)

@@ -58,8 +58,9 @@ def check_same_run(saved: Mapping, current: Mapping, path: str | Path) -> None:
 
 
 def _without(identity: Mapping, may_change: Iterable[str]) -> dict:
-    """``identity`` less the keys under ``may_change`` (applied to a saved identity too, so that a
-    key declared changeable after the checkpoint was written does not count as a difference)."""
+    """A saved ``identity`` less the keys under ``may_change``, so that a key declared changeable
+    after the checkpoint was written does not count as a difference (the current identity,
+    from :func:`run_identity`, has none of them)."""
     prefixes = tuple(may_change)
     return {key: value for key, value in identity.items()
             if not any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)}  # fmt: skip
@@ -78,7 +79,7 @@ def checkpoint_to_resume(path: str | Path, policy, identity: Mapping, set_aside:
         return None
     state = load_checkpoint(path)
     try:
-        check_same_run(_without(state.get("identity", {}), may_change), _without(identity, may_change), path)
+        check_same_run(_without(state.get("identity", {}), may_change), identity, path)
     except ValueError as error:
         if policy != "auto":
             raise
