@@ -12,6 +12,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(REPO / "ablations"))
+from paper_smoke import copy_repository  # noqa: E402
 
 
 def run(args, cwd, timeout=900):
@@ -26,23 +28,7 @@ def tiny_repo(tmp_path_factory):
     """A copy of the repository's files (tracked, and untracked but not ignored) with the tiny profile."""
     if shutil.which("git") is None:
         pytest.skip("git is needed to list the repository's files")
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout  # fmt: skip
-    root = tmp_path_factory.mktemp("pipeline")
-    for name in filter(None, listed.split("\0")):
-        source = REPO / name
-        if source.is_file():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, root / name)
-    for generated in ("results", "figures/out", "data", "dvc.lock"):
-        path = root / generated
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
-    run([str(BIN / "dvc"), "config", "--local", "core.no_scm", "true"], root)
-    run([sys.executable, "ablations/set_profile.py", "tiny"], root)
-    return root
+    return copy_repository(tmp_path_factory.mktemp("pipeline") / "repo", "tiny")
 
 
 def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_repo):

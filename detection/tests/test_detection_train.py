@@ -173,8 +173,10 @@ def test_prepare_generates_synthetic_and_downloads_voc_where_the_runs_read(tmp_p
     [root] = prepare_module.prepare(tmp_path, ["synthetic"], ["data.generate.trainval=3", "data.generate.test=1"])
     assert root == tmp_path / "synthetic" and len(read_image_set(root, "trainval")) == 3
     fetched = []
-    monkeypatch.setattr(prepare_module, "fetch", lambda root, names: fetched.append((Path(root), tuple(names))))
-    assert prepare_module.prepare(tmp_path, ["voc0712"]) == [tmp_path / "voc"]
-    assert fetched == [(tmp_path / "voc", ("voc2007-trainval", "voc2007-test", "voc2012-trainval"))]
+    monkeypatch.setattr(prepare_module, "fetch", lambda root, names, **source: fetched.append((Path(root), tuple(names), source)))
+    source = prepare_module.data_stage.Source(mirror="m", archive_dir=tmp_path / "archives")
+    assert prepare_module.prepare(tmp_path, ["voc0712"], source=source) == [tmp_path / "voc"]
+    voc0712 = ("voc2007-trainval", "voc2007-test", "voc2012-trainval")
+    assert fetched == [(tmp_path / "voc", voc0712, {"mirror": "m", "archive_dir": tmp_path / "archives"})]
     with pytest.raises(ValueError, match="unknown datasets"):
         prepare_module.prepare(tmp_path, ["coco"])

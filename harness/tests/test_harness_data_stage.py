@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from rambo.harness import data_stage
 from rambo.harness.download import DownloadError
 
@@ -15,20 +17,22 @@ def test_each_dataset_is_prepared_where_the_runs_read_it(tmp_path, capsys):
     configs = app_configs(tmp_path / "configs")
     seen = []
 
-    def prepare_one(name, data, verify):
-        seen.append((name, data.root, data.size, verify))
+    def prepare_one(name, data, source):
+        seen.append((name, data.root, data.size, source))
         return data.root
 
     assert data_stage.main("prog", "d", configs, ("a", "b"), prepare_one,
-                           ["--data-dir", "/d", "--data", "a", "b", "--no-verify", "--", "data.size=5"]) == 0  # fmt: skip
-    assert seen == [("a", "/d/a", 5, False), ("b", "/d/b", 5, False)]
+                           ["--data-dir", "/d", "--data", "a", "b", "--no-verify", "--mirror", "/m", "--archives", "/k",
+                            "--", "data.size=5"]) == 0  # fmt: skip
+    source = data_stage.Source(verify=False, mirror="/m", archive_dir=Path("/k"))
+    assert seen == [("a", "/d/a", 5, source), ("b", "/d/b", 5, source)]
     assert capsys.readouterr().out.split() == ["/d/a", "/d/b"]
 
 
 def test_a_failed_download_is_one_clean_error_line(tmp_path, capsys):
     configs = app_configs(tmp_path / "configs")
 
-    def offline(name, data, verify):
+    def offline(name, data, source):
         raise DownloadError("could not download x\nFetch it by hand ...")
 
     assert data_stage.main("prog", "d", configs, ("a",), offline, ["--data-dir", "/d", "--data", "a"]) == 1

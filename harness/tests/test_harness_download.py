@@ -6,6 +6,7 @@ import hashlib
 import http.client
 import io
 import os
+import shutil
 import socket
 import stat
 import tarfile
@@ -312,3 +313,22 @@ def test_plain_files_are_fetched_without_extraction(tmp_path, monkeypatch):
     spec = DatasetFile("list.txt", (source.as_uri(),), md5(b"a b c\n"), False, "list.txt")
     assert ensure_dataset(tmp_path / "data", [spec], show_progress=False) == [tmp_path / "data/list.txt"]
     assert (tmp_path / "data/list.txt").read_bytes() == b"a b c\n"
+
+
+def test_archives_are_kept_in_their_own_folder_and_plain_files_go_to_the_data(tmp_path):
+    data = tar_bytes(CUB)
+    archive = served(tmp_path, "CUB.tgz", data)
+    listed = served(tmp_path, "list.txt", b"a b c\n")
+    root, kept = tmp_path / "data", tmp_path / "archives"
+    files = [cub_spec((archive.as_uri(),), md5(data)), DatasetFile("list.txt", (listed.as_uri(),), md5(b"a b c\n"), False, "list.txt")]
+    ensure_dataset(root, files, show_progress=False, archive_dir=kept)
+    assert listing(kept) == ["CUB.tgz"]
+    assert listing(root) == ["CUB", "CUB/images", "CUB/images.txt", "CUB/images/a.jpg", "list.txt"]
+    # The extracted copy deleted (as by a stage rerun): extracted again from the kept archive, offline.
+    shutil.rmtree(root)
+    archive.unlink()
+    listed.unlink()
+    root.mkdir()
+    (root / "list.txt").write_bytes(b"a b c\n")
+    ensure_dataset(root, files, show_progress=False, archive_dir=kept)
+    assert (root / "CUB/images/a.jpg").read_bytes() == b"jpeg"

@@ -61,3 +61,17 @@ def test_the_curve_file_has_the_same_keys_in_every_record(tmp_path):
 
     assert homogeneous([{"epoch": 1, "loss": 2.0}, {"epoch": 2, "loss": 1.0, "test/R@1": 0.5}]) == [
         {"epoch": 1, "loss": 2.0, "test/R@1": None}, {"epoch": 2, "loss": 1.0, "test/R@1": 0.5}]
+
+
+def test_timings_are_logged_but_kept_out_of_the_curve_file(tmp_path, caplog):
+    """The curve is a tracked DVC output: a rerun of an unchanged run must leave it byte-identical."""
+    cfg = config(tmp_path)
+    model = torch.nn.Linear(3, 1)
+    run = TrainingRun(cfg, {"model": model}, untracked_keys=("seconds",))
+    with caplog.at_level("INFO", logger="rambo"):
+        for epoch in run.epochs(2):
+            run.end_epoch({"epoch": epoch, "loss": 1.0 / epoch, "seconds": 0.5 * epoch}, 2)
+        run.finish({"done": True})
+    assert json.loads((tmp_path / "curve.json").read_text()) == [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}]
+    assert "seconds" in caplog.text
+    assert [record["seconds"] for record in torch.load(tmp_path / "checkpoint.pt", weights_only=True)["curve"]] == [0.5, 1.0]

@@ -102,8 +102,16 @@ def test_existing_complete_copy_is_returned_without_rewriting(tmp_path, monkeypa
     assert generate_synthetic(root, seed=1, **SMALL) == root
     assert {p: p.stat().st_mtime_ns for p in root.rglob("*")} == before
     assert json.loads((root / "synthetic.json").read_text())["seed"] == 1
-    with pytest.raises(ValueError, match="exists and is not a synthetic dataset with parameters"):
-        generate_synthetic(root, seed=2, **SMALL)
+
+
+def test_a_synthetic_set_of_other_parameters_is_replaced(tmp_path, capsys):
+    root = generate_synthetic(tmp_path / "s", seed=1, **SMALL)
+    (root / "stale.txt").write_text("from the old set")
+    assert generate_synthetic(root, seed=2, **SMALL) == root
+    assert json.loads((root / "synthetic.json").read_text())["seed"] == 2
+    assert not (root / "stale.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # nothing left aside
+    assert "replacing the synthetic set of parameters" in capsys.readouterr().err
 
 
 def test_interrupted_generation_leaves_nothing(tmp_path, monkeypatch):

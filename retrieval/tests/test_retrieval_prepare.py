@@ -1,5 +1,6 @@
 import pytest
 
+from rambo.harness.data_stage import Source
 from rambo.retrieval import datasets
 from rambo.retrieval.prepare import main, prepare
 
@@ -14,9 +15,13 @@ def test_prepare_generates_the_synthetic_set_where_the_runs_read_it(tmp_path, ca
 
 def test_prepare_downloads_real_datasets_into_their_root(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr("rambo.retrieval.prepare.download", lambda name, root, verify: calls.append((name, root, verify)) or root)
-    prepare(str(tmp_path), ["sop", "inshop"], ["profile=paper"], verify=False)
-    assert calls == [("sop", f"{tmp_path}/sop", False), ("inshop", f"{tmp_path}/inshop", False)]
+    def download(name, root, verify, mirror, archive_dir):
+        calls.append((name, root, verify, mirror, archive_dir))
+        return root
+
+    monkeypatch.setattr("rambo.retrieval.prepare.download", download)
+    prepare(str(tmp_path), ["sop", "inshop"], ["profile=paper"], Source(verify=False, mirror="m", archive_dir="k"))
+    assert calls == [("sop", f"{tmp_path}/sop", False, "m", "k"), ("inshop", f"{tmp_path}/inshop", False, "m", "k")]
 
 
 def test_unknown_dataset_is_refused(tmp_path):

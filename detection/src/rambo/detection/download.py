@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rambo.harness.download import DatasetFile, DownloadError, ensure_dataset
 from rambo.harness.extract import ArchiveError
+from rambo.harness.mirror import from_mirror
 
 __all__ = ["ARCHIVES", "DownloadError", "fetch", "main"]
 
@@ -43,11 +44,13 @@ def _year_folder(item: DatasetFile) -> str:
     return "/".join(item.ready.split("/")[:2])
 
 
-def fetch(root: str | Path, names: Iterable[str] = tuple(ARCHIVES), show_progress: bool | None = None) -> list[Path]:
+def fetch(root: str | Path, names: Iterable[str] = tuple(ARCHIVES), show_progress: bool | None = None,
+          mirror: str | None = None, archive_dir: str | Path | None = None) -> list[Path]:  # fmt: skip
     """Put the named VOC archives in place under ``root``; return their year folders, in order.
 
     Data already extracted there is used as it is; otherwise the archive is verified or downloaded
-    and extracted. Raises :class:`DownloadError` (with the manual steps) or
+    (from ``mirror`` instead of the official server when given: :mod:`rambo.harness.mirror`) into
+    ``archive_dir`` (default ``root``) and extracted. Raises :class:`DownloadError` (with the manual steps) or
     :class:`rambo.harness.extract.ArchiveError` (corrupt, unsafe or clashing archive).
     """
     root, names = Path(root), list(names)
@@ -55,7 +58,9 @@ def fetch(root: str | Path, names: Iterable[str] = tuple(ARCHIVES), show_progres
     if unknown:
         raise ValueError(f"unknown VOC archive(s) {unknown}; choose from {sorted(ARCHIVES)}")
     items = [ARCHIVES[name] for name in names]
-    ensure_dataset(root, items, homepage=HOMEPAGE, show_progress=show_progress)
+    if mirror is not None:
+        items = list(from_mirror(items, mirror))
+    ensure_dataset(root, items, homepage=HOMEPAGE, show_progress=show_progress, archive_dir=archive_dir)
     return [root / _year_folder(item) for item in items]
 
 
@@ -63,10 +68,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", type=Path)
     parser.add_argument("--sets", nargs="+", default=list(ARCHIVES), choices=sorted(ARCHIVES))
+    parser.add_argument("--mirror", help="a folder or URL holding the archives (rambo.harness.mirror)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (shown only on a terminal anyway)")
     args = parser.parse_args(argv)
     try:
-        folders = fetch(args.root, args.sets, show_progress=False if args.quiet else None)
+        folders = fetch(args.root, args.sets, show_progress=False if args.quiet else None, mirror=args.mirror)
     except (DownloadError, ArchiveError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

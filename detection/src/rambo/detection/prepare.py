@@ -6,7 +6,8 @@
 
 A dataset with ``data.generate`` (synthetic, tiny) is generated; VOC (2007 trainval and test, plus
 2012 trainval for voc0712) is found already extracted under ``data.root``, or downloaded with
-pinned checksums and extracted, printing the manual steps when that fails.
+pinned checksums (or from ``--mirror``) and extracted, printing the manual steps when that fails;
+``--archives DIR`` keeps the tars there.
 """
 
 from __future__ import annotations
@@ -23,19 +24,19 @@ VOC_ARCHIVES = {"voc07": ("voc2007-trainval", "voc2007-test"), "voc0712": ("voc2
 DATASETS = ("synthetic", "tiny", *VOC_ARCHIVES)
 
 
-def prepare_one(name: str, data, verify: bool = True) -> Path:
+def prepare_one(name: str, data, source: data_stage.Source = data_stage.Source()) -> Path:
     """Generate (``data.generate``) or fetch dataset ``name`` into ``data.root``. VOC's archives all
-    have pinned checksums, so ``verify`` changes nothing here."""
+    have pinned checksums, so ``source.verify`` changes nothing here."""
     if data.get("generate"):
         spec = data.generate
         return generate(data.root, seed=spec.seed, num_trainval=spec.trainval, num_test=spec.test, image_size=spec.size)
-    fetch(data.root, VOC_ARCHIVES[name])
+    fetch(data.root, VOC_ARCHIVES[name], mirror=source.mirror, archive_dir=source.archive_dir)
     return Path(data.root)
 
 
-def prepare(data_dir: str | Path, datasets, overrides=()) -> list[Path]:
+def prepare(data_dir: str | Path, datasets, overrides=(), source: data_stage.Source = data_stage.Source()) -> list[Path]:
     """Generate or download each of ``datasets`` under ``data_dir``; returns their roots."""
-    return data_stage.prepare(CONFIG_DIR, DATASETS, prepare_one, data_dir, datasets, overrides)
+    return data_stage.prepare(CONFIG_DIR, DATASETS, prepare_one, data_dir, datasets, overrides, source)
 
 
 def main(argv=None) -> int:

@@ -4,13 +4,15 @@ under one data folder, where the runs will look for it.
 Each dataset's folder and source come from the app's own training config, composed with the same
 Hydra overrides the runs get (given after ``--``), so the data stage and the runs always agree on
 ``data.root``. What to do with a dataset (generate it, or download and extract it) is the app's
-``prepare_one(name, data_config, verify)``.
+``prepare_one(name, data_config, source)``; :class:`Source` says where archives come from and
+where they are kept.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -18,6 +20,21 @@ from hydra import compose, initialize_config_dir
 
 from .download import DownloadError
 from .extract import ArchiveError
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a data stage gets archives, and where it keeps them.
+
+    ``verify``: check MD5s (False accepts files that have no pinned checksum); ``mirror``: a folder
+    or URL holding the archives under their official names (:mod:`rambo.harness.mirror`), used
+    instead of the official URLs; ``archive_dir``: where downloaded archives are kept (None: in the
+    dataset's own folder).
+    """
+
+    verify: bool = True
+    mirror: str | None = None
+    archive_dir: Path | None = None
 
 
 def compose_data(config_dir: str | Path, name: str, data_dir: str | Path, overrides: Sequence[str] = ()):
@@ -28,26 +45,31 @@ def compose_data(config_dir: str | Path, name: str, data_dir: str | Path, overri
 
 
 def prepare(config_dir: str | Path, choices: Sequence[str], prepare_one: Callable, data_dir: str | Path,
-            names: Sequence[str], overrides: Sequence[str] = (), verify: bool = True) -> list[Path]:  # fmt: skip
+            names: Sequence[str], overrides: Sequence[str] = (), source: Source = Source()) -> list[Path]:  # fmt: skip
     """``prepare_one`` for each dataset in ``names``; returns the folders it put in place."""
     unknown = sorted(set(names) - set(choices))
     if unknown:
         raise ValueError(f"unknown datasets {unknown}; choose from {tuple(choices)}")
-    return [Path(prepare_one(name, compose_data(config_dir, name, data_dir, overrides), verify)) for name in names]
+    return [Path(prepare_one(name, compose_data(config_dir, name, data_dir, overrides), source)) for name in names]
 
 
 def main(prog: str, description: str, config_dir: str | Path, choices: Sequence[str], prepare_one: Callable,
          argv: Sequence[str] | None = None) -> int:  # fmt: skip
-    """``prog --data-dir DIR --data NAME... [--no-verify] [-- OVERRIDES]``: prints each folder;
+    """``prog --data-dir DIR --data NAME... [--no-verify] [--mirror M] [--archives DIR] [-- OVERRIDES]``: prints each folder;
     a download or archive that fails prints ``error: ...`` with the manual steps and returns 1."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--data-dir", required=True, help="the runs' data_dir")
     parser.add_argument("--data", nargs="+", required=True, choices=choices, help="datasets (the runs' data=...)")
     parser.add_argument("--no-verify", action="store_true", help="accept downloads without a pinned checksum")
+    parser.add_argument("--mirror", help="a folder or URL holding the archives under their official names "
+                        "(checksums from its MD5SUMS where it lists them), used instead of the official URLs")
+    parser.add_argument("--archives", type=Path, help="keep downloaded archives in this folder (default: each "
+                        "dataset's folder)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the runs, after --")
     args = parser.parse_args(argv)
     try:
-        folders = prepare(config_dir, choices, prepare_one, args.data_dir, args.data, args.overrides, not args.no_verify)
+        source = Source(verify=not args.no_verify, mirror=args.mirror, archive_dir=args.archives)
+        folders = prepare(config_dir, choices, prepare_one, args.data_dir, args.data, args.overrides, source)
     except (DownloadError, ArchiveError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -164,17 +164,20 @@ def ensure_dataset(
     verify: bool = True,
     homepage: str | None = None,
     show_progress: bool | None = None,
+    archive_dir: str | os.PathLike | None = None,
 ) -> list[Path]:
     """Put every one of ``files`` in place under ``root``; return their ``ready`` paths.
 
     A file whose ``ready`` path exists is accepted as it is (the folder found is printed). The
-    others are verified or downloaded (:func:`fetch_file`) and, if archives, extracted into
-    ``root``; then their ``ready`` path must exist. ``verify=False`` accepts files without checking
+    others are verified or downloaded (:func:`fetch_file`), archives into ``archive_dir`` (default ``root``;
+    the pipeline keeps archives in a folder of their own, which no stage deletes) and, if archives,
+    extracted into ``root``; then their ``ready`` path must exist. ``verify=False`` accepts files without checking
     their MD5; with ``verify=True`` a file to fetch that has no pinned checksum is an error, raised
     before anything is downloaded. Raises :class:`DownloadError` or
     :class:`rambo.harness.extract.ArchiveError` (and its subclasses).
     """
     root = Path(root)
+    archive_dir = root if archive_dir is None else Path(archive_dir)
     files = tuple(files)
     missing = [item for item in files if not (root / item.ready).exists()]
     unverifiable = [item.filename for item in missing if item.md5 is None]
@@ -188,8 +191,10 @@ def ensure_dataset(
         if ready.exists():
             print(f"found {ready}: {item.filename} is in place, not downloaded or extracted again", file=sys.stderr)
             continue
+        folder = archive_dir if item.extract else root  # a plain file is data itself, not an archive
+        folder.mkdir(parents=True, exist_ok=True)
         path = fetch_file(
-            root / item.filename,
+            folder / item.filename,
             item.urls,
             item.md5 if verify else None,
             homepage=homepage,

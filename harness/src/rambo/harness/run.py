@@ -44,13 +44,15 @@ class TrainingRun:
     ``stateful`` maps names to objects with ``state_dict`` / ``load_state_dict``; ``extra`` is
     app data carried across a resume (e.g. the list of evaluations), restored into
     :attr:`extra` and saved from it. ``summary_keys``: the keys of a curve record shown in the
-    per-epoch log line (all of them when ``None``).
+    per-epoch log line (all of them when ``None``). ``untracked_keys``: keys of a record that
+    depend on the machine (timings): logged and sent to W&B, kept out of the curve file, which
+    DVC tracks and which must not change when an unchanged run is made again.
     """
 
     def __init__(self, cfg: DictConfig, stateful: Mapping, extra: dict | None = None, is_main: bool = True,
-                 summary_keys: tuple[str, ...] | None = None):  # fmt: skip
+                 summary_keys: tuple[str, ...] | None = None, untracked_keys: tuple[str, ...] = ()):  # fmt: skip
         check_policy(cfg.resume)
-        self.summary_keys = summary_keys
+        self.summary_keys, self.untracked_keys = summary_keys, frozenset(untracked_keys)
         self.cfg, self.stateful, self.is_main = cfg, dict(stateful), is_main
         self.config = OmegaConf.to_container(cfg, resolve=True)
         self.identity = run_identity(self.config, cfg.resume_may_change)
@@ -89,12 +91,16 @@ class TrainingRun:
                  "config": self.config, "identity": self.identity, "wandb_id": self.wandb.id if self.wandb else None},
                 self.checkpoint_path,
             )  # fmt: skip
-            write_json(self.cfg.curve_path, homogeneous(self.curve))
+            self._write_curve()
             shown = [k for k in row if k != "epoch" and (self.summary_keys is None or k in self.summary_keys)]
             log_epoch(self.epoch, total, {k: row[k] for k in shown})
             if self.wandb is not None:
                 self.wandb.log(row, step=self.epoch)
         barrier()
+
+    def _write_curve(self) -> None:
+        tracked = [{key: value for key, value in record.items() if key not in self.untracked_keys} for record in self.curve]
+        write_json(self.cfg.curve_path, homogeneous(tracked))
 
     def finish(self, metrics: dict, headline: Mapping | None = None, log_extra: Mapping | None = None) -> dict:
         """Write the curve (also when a resumed run had no epoch left), ``metrics`` and, at
@@ -102,7 +108,7 @@ class TrainingRun:
         machine-independent numbers per run); close W&B; log the headline and ``log_extra``
         (e.g. throughput, which belongs in the log, not in tracked files)."""
         if self.is_main:
-            write_json(self.cfg.curve_path, homogeneous(self.curve))
+            self._write_curve()
             write_json(self.cfg.metrics_path, metrics)
             if headline is not None and self.cfg.get("headline_path"):
                 write_json(self.cfg.headline_path, dict(headline))

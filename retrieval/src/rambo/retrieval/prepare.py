@@ -7,7 +7,8 @@
 A dataset with ``data.generate`` set (the synthetic set, and every dataset under the ``mini``
 profile) is generated; the others are downloaded with their pinned checksums, or found already
 extracted under ``data.root`` (``--no-verify`` is needed for In-shop, whose files have no
-published checksum).
+published checksum). ``--mirror DIR_OR_URL`` takes the archives from a local copy instead of the
+official URLs; ``--archives DIR`` keeps downloaded archives there (the pipeline: ``data/archives``).
 """
 
 from __future__ import annotations
@@ -22,16 +23,16 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 DATASETS = ("synthetic", "sop", "cub", "inshop")
 
 
-def prepare_one(name: str, data, verify: bool = True) -> Path:
+def prepare_one(name: str, data, source: data_stage.Source = data_stage.Source()) -> Path:
     """Generate (``data.generate``) or download dataset ``name`` into ``data.root``."""
     if data.get("generate") is not None:
         return generate_synthetic(data.root, **data.generate)
-    return download(data.format, data.root, verify=verify)
+    return download(data.format, data.root, verify=source.verify, mirror=source.mirror, archive_dir=source.archive_dir)
 
 
-def prepare(data_dir: str | Path, datasets, overrides=(), verify: bool = True) -> list[Path]:
+def prepare(data_dir: str | Path, datasets, overrides=(), source: data_stage.Source = data_stage.Source()) -> list[Path]:
     """Generate or download each of ``datasets`` under ``data_dir``; returns their folders."""
-    return data_stage.prepare(CONFIG_DIR, DATASETS, prepare_one, data_dir, datasets, overrides, verify)
+    return data_stage.prepare(CONFIG_DIR, DATASETS, prepare_one, data_dir, datasets, overrides, source)
 
 
 def main(argv=None) -> int:

@@ -14,7 +14,7 @@ Each file is fetched, verified and extracted by :func:`rambo.harness.download.en
 match, it stops with a :class:`~rambo.harness.download.DownloadError` that says where to put the
 file by hand; a file put there is verified the same way and used instead of downloading.
 
-CLI: ``python -m rambo.retrieval.datasets.download NAME ROOT [--no-verify]``.
+CLI: ``python -m rambo.retrieval.datasets.download NAME ROOT [--no-verify] [--mirror DIR_OR_URL]``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from rambo.harness.download import DatasetFile, DownloadError, ensure_dataset
 from rambo.harness.extract import ArchiveError
+from rambo.harness.mirror import from_mirror
 
 
 def _google_drive(file_id: str) -> str:
@@ -81,17 +82,22 @@ HOMEPAGES = {
 }
 
 
-def download(name: str, root: Path | str, verify: bool = True, show_progress: bool | None = None) -> Path:
+def download(name: str, root: Path | str, verify: bool = True, show_progress: bool | None = None,
+             mirror: str | None = None, archive_dir: Path | str | None = None) -> Path:  # fmt: skip
     """Download and extract dataset ``name`` (``cub``, ``sop`` or ``inshop``) into ``root``.
 
     Returns ``root``, ready for ``load_dataset(name, root, split)``. Parts already in place are
     used as they are. ``verify=False`` (CLI ``--no-verify``) accepts files without checking their
-    MD5; it is required for files that have no pinned checksum (In-shop). ``show_progress=None``:
+    MD5; it is required for files that have no pinned checksum (In-shop), unless ``mirror`` (a
+    folder or URL with the archives, :mod:`rambo.harness.mirror`) lists their MD5 in its
+    ``MD5SUMS``. Archives are kept in ``archive_dir`` (default ``root``). ``show_progress=None``:
     a progress bar only on a terminal.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; downloadable: {sorted(DATASETS)} (synthetic is generated)")
-    ensure_dataset(root, DATASETS[name], verify=verify, homepage=HOMEPAGES[name], show_progress=show_progress)
+    files = DATASETS[name] if mirror is None else from_mirror(DATASETS[name], mirror)
+    ensure_dataset(root, files, verify=verify, homepage=HOMEPAGES[name], show_progress=show_progress,
+                   archive_dir=archive_dir)  # fmt: skip
     return Path(root)
 
 
@@ -103,10 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("name", choices=sorted(DATASETS))
     parser.add_argument("root", type=Path, help="folder to download and extract into")
     parser.add_argument("--no-verify", action="store_true", help="accept files without checking their MD5")
+    parser.add_argument("--mirror", help="a folder or URL holding the archives (rambo.harness.mirror)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (shown only on a terminal anyway)")
     args = parser.parse_args(argv)
     try:
-        root = download(args.name, args.root, verify=not args.no_verify, show_progress=False if args.quiet else None)
+        root = download(args.name, args.root, verify=not args.no_verify, show_progress=False if args.quiet else None,
+                        mirror=args.mirror)
     except (DownloadError, ArchiveError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -276,6 +276,15 @@ def _matches(root: Path, params: SyntheticParameters) -> bool:
         return False
 
 
+def _previous_synthetic(root: Path) -> dict | None:
+    """The parameters of the synthetic set in ``root`` (its manifest), or None if it holds none."""
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
 def generate_synthetic(
     root: Path | str,
     seed: int = 0,
@@ -291,7 +300,9 @@ def generate_synthetic(
     32 x 32 px = 4,000 images, 12 super-classes. Idempotent: if ``root`` already holds a complete
     copy with the same parameters it returns at once. Atomic: the files are written into a
     temporary sibling folder that is renamed to ``root`` when complete, so an interrupted run
-    leaves no half-written dataset. A non-empty ``root`` holding anything else is a ``ValueError``.
+    leaves no half-written dataset. A ``root`` holding a synthetic set of other parameters (its
+    ``synthetic.json`` says so) is replaced by the new one; a non-empty ``root`` holding anything
+    else is a ``ValueError``.
     """
     params = SyntheticParameters(
         int(seed), int(num_classes), int(images_per_class), int(image_size), int(num_super_classes)
@@ -300,16 +311,21 @@ def generate_synthetic(
     root = Path(root)
     if _matches(root, params):
         return root
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+    previous = _previous_synthetic(root)
+    if previous is None and root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise ValueError(
             f"{root} exists and is not a synthetic dataset with parameters {asdict(params)}; "
             "delete it or choose another folder"
         )
     root.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{root.name}.partial-", dir=root.parent))
+    aside = Path(tempfile.mkdtemp(prefix=f".{root.name}.old-", dir=root.parent))
     try:
         _write_dataset(partial, params, show_progress)
         give_default_permissions(partial)  # mkdtemp's folder is owner-only
+        if previous is not None:  # another synthetic set: moved aside, replaced, then deleted
+            print(f"{root}: replacing the synthetic set of parameters {previous}", file=sys.stderr)
+            os.replace(root, aside / root.name)
         try:
             # Renaming onto an empty folder is allowed; onto a non-empty one it fails.
             os.replace(partial, root)
@@ -317,8 +333,9 @@ def generate_synthetic(
             if not _matches(root, params):  # another process finishing the same copy first is fine
                 raise
     finally:
-        if partial.exists():
-            shutil.rmtree(partial)
+        for folder in (partial, aside):
+            if folder.exists():
+                shutil.rmtree(folder)
     return root
 
 

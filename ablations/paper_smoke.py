@@ -1,0 +1,117 @@
+"""Run the whole paper DAG on this CPU in minutes: ``make paper-smoke`` (CI runs it after ``make test``).
+
+In a scratch copy of the repository (``build/paper-smoke/repo``: the checkout's own results,
+``params.yaml`` and ``dvc.lock`` are never touched) it writes the stand-in archives of SOP, CUB,
+In-shop and VOC 2007/2012 with their ``MD5SUMS`` into ``data/stand-in``, selects the
+``paper-smoke`` profile, runs ``dvc repro``, then checks that a second ``dvc repro`` runs nothing
+and that every table cell the profile names is filled. It prints the wall time and the stages run,
+and writes them to ``build/paper-smoke/summary.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+GENERATED = ("results", "figures/out", "data", "dvc.lock", "params.yaml")  # made by the pipeline, not copied
+
+
+def copy_repository(destination: Path, profile: str) -> Path:
+    """A copy of the checkout's files (tracked, and untracked but not ignored) without the pipeline's
+    outputs, DVC without git, and ``params.yaml`` of ``profile``."""
+    if shutil.which("git") is None:
+        raise SystemExit("git is needed to list the repository's files")
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    if destination.exists():
+        shutil.rmtree(destination)
+    for name in filter(None, listed.split("\0")):
+        if any(name == g or name.startswith(f"{g}/") for g in GENERATED):
+            continue
+        source = REPO / name
+        if source.is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination / name)
+    run([str(BIN / "dvc"), "config", "--local", "core.no_scm", "true"], destination)
+    run([sys.executable, "ablations/set_profile.py", profile], destination)
+    return destination
+
+
+def run(args: list[str], cwd: Path, echo: bool = False) -> str:
+    """Run a command with the venv first on PATH; its output (streamed when ``echo``); exit on failure."""
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    process = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if echo:
+            print(line, end="", flush=True)
+    if process.wait() != 0:
+        tail = "" if echo else "".join(lines[-60:])
+        raise SystemExit(f"{tail}\n`{' '.join(args)}` failed in {cwd} (exit {process.returncode})")
+    return "".join(lines)
+
+
+def write_stand_ins(folder: Path) -> list[Path]:
+    """The stand-in archives of every dataset of the paper profile, and their MD5SUMS."""
+    from rambo.detection import stand_in as detection_stand_in
+    from rambo.harness.mirror import write_md5sums
+    from rambo.retrieval.datasets import stand_in as retrieval_stand_in
+
+    archives = [*retrieval_stand_in.write_archives(folder), *detection_stand_in.write_archives(folder)]
+    write_md5sums(folder, archives)
+    return archives
+
+
+def filled_cells(repo: Path) -> tuple[int, list[str]]:
+    """How many table cells have a value, and the runs the profile's tables name that fill none."""
+    import yaml
+
+    named = set(yaml.safe_load((repo / "params.yaml").read_text())["tables"]["runs"].values())
+    filled, used = 0, set()
+    for path in sorted((repo / "results" / "tables").glob("table*.json")):
+        for row in json.loads(path.read_text())["rows"]:
+            for cell in row["cells"]:
+                if cell["status"] == "ok":
+                    filled += 1
+                    used.add(cell["experiment"])
+    return filled, sorted(named - used)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=REPO / "build" / "paper-smoke", help="scratch folder")
+    parser.add_argument("--profile", default="paper-smoke")
+    args = parser.parse_args(argv)
+    repo = copy_repository(args.out / "repo", args.profile)
+    started = time.monotonic()
+    archives = write_stand_ins(repo / "data" / "stand-in")
+    print(f"stand-in archives: {', '.join(a.name for a in archives)} ({time.monotonic() - started:.0f} s)", flush=True)
+    first = run([str(BIN / "dvc"), "repro"], repo, echo=True)
+    seconds = time.monotonic() - started
+    stages = re.findall(r"Running stage '([^']+)'", first)
+    second = run([str(BIN / "dvc"), "repro"], repo)
+    rerun = re.findall(r"Running stage '([^']+)'", second)
+    filled, missing = filled_cells(repo)
+    summary = {"profile": args.profile, "wall_seconds": round(seconds), "stages": stages,
+               "second_repro_ran": rerun, "table_cells_filled": filled, "table_cells_missing": missing}  # fmt: skip
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"\n{args.profile}: {len(stages)} stages in {seconds:.0f} s; {filled} table cells filled; "
+          f"second dvc repro ran {len(rerun)} stages; summary: {args.out / 'summary.json'}")  # fmt: skip
+    if rerun or missing or not filled:
+        print(f"FAILED: second repro ran {rerun}; runs in no table cell: {missing}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
