@@ -11,7 +11,7 @@ PROFILE ?= mini
 BENCH_ARGS ?=
 FORCE_PROFILE ?=
 
-.PHONY: help install test test-slow bench reproduce figures tables
+.PHONY: help install test test-slow bench reproduce paper-smoke figures tables
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -41,6 +41,9 @@ reproduce: install ## run the pipeline: PROFILE=mini (default; CPU, synthetic da
 	@echo "tables:  results/tables/tables.md (one Markdown and JSON file per table beside it)"
 	@echo "figures: figures/out/"
 	@echo "report:  results/README.md"
+
+paper-smoke: install ## the whole paper DAG (every experiment, table and figure of PROFILE=paper) on this CPU in minutes, fed by stand-in archives of every dataset, in a scratch copy (build/paper-smoke); CI runs it
+	$(PY) ablations/paper_smoke.py
 
 figures: install ## rebuild every figure (their DVC stages, and whatever they depend on that is out of date)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro figure_1 figure_2 figure_3 figure_4 figure_5 figure_6 table_6
