@@ -37,14 +37,22 @@ def test_registered_loss_with_mmdet_arguments_matches_the_torchvision_convention
     assert cls_score.grad[~keep].abs().sum() == 0 and cls_score.grad[keep].abs().sum() > 0
 
 
-def test_loss_weight_scales_and_memory_is_kept():
-    cls_score = torch.randn(6, 4)
-    labels = torch.tensor([0, 1, 2, 3, 3, 0])
-    plain, doubled = build(tau=0), build(tau=0, loss_weight=2.0)
-    assert float(doubled(cls_score, labels)) == pytest.approx(2 * float(plain(cls_score, labels)))
+def test_loss_weight_scales_the_gradient_and_memory_is_kept():
+    generator = torch.Generator().manual_seed(0)
+    cls_score = 0.05 * torch.randn(40, 4, generator=generator)
+    labels = torch.randint(0, 4, (40,), generator=generator)
+    grads = []
+    for loss in (build(tau=0), build(tau=0, loss_weight=2.0)):
+        scores = cls_score.clone().requires_grad_(True)
+        value = loss(scores, labels)
+        value.backward()
+        grads.append((float(value), scores.grad))
+    (plain, plain_grad), (doubled, doubled_grad) = grads
+    assert doubled == pytest.approx(plain)  # a gradient scale after the rank: value and lambda unchanged
+    assert torch.allclose(doubled_grad, 2 * plain_grad) and plain_grad.abs().sum() > 0
     remembering = build(tau=7).train()
     remembering(cls_score, labels)
-    assert len(remembering.loss.memory.state_dict()["_extra_state"]["batches"]) == 1
+    assert len(remembering.loss.map_memory.state_dict()["_extra_state"]["batches"]) == 1
 
 
 def test_bbox_head_hooks_score_by_the_ranked_logits():

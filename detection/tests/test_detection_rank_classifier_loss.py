@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from rambo.detection.mmdet_inputs import select_weighted_rois
-from rambo.detection.rank_classifier_loss import MAPAndAPCLoss, RankClassifierLoss, labels_to_relevance
+from rambo.core import APCLoss, MAPLoss
+from rambo.detection.rank_classifier_loss import RankClassifierLoss, labels_to_relevance
 
 
 def brute_relevance(labels, num_classes, background_label):
@@ -44,24 +45,30 @@ def brute_ap_loss(scores, relevant, margin):
     return 1 - sum(precisions) / len(precisions)
 
 
-def brute_map_and_apc(scores, relevant, margin, map_weight=2.0, apc_weight=1.0):
-    columns = [c for c in range(scores.shape[1]) if relevant[:, c].any()]
-    map_loss = sum(brute_ap_loss(scores[:, c].tolist(), relevant[:, c].tolist(), margin) for c in columns) / len(columns)
-    apc_loss = brute_ap_loss(scores.flatten().tolist(), relevant.flatten().tolist(), margin)
-    return map_weight * map_loss + apc_weight * apc_loss
+def brute_map_and_apc(scores, relevant, margin, current=None, c=1.0 / 3.0):
+    """The authors' detection loss by its definition (paper Eq. 22, 23; their coefficient c):
+    (1 - c) * mean over present classes of the AP loss of each column of ``scores`` (the current
+    batch followed by the remembered ones) + c * the AP loss of the flattened current batch (its
+    first ``current`` rows)."""
+    current = scores.shape[0] if current is None else current
+    columns = [k for k in range(scores.shape[1]) if relevant[:, k].any()]
+    map_loss = sum(brute_ap_loss(scores[:, k].tolist(), relevant[:, k].tolist(), margin) for k in columns) / len(columns)
+    apc_loss = brute_ap_loss(scores[:current].flatten().tolist(), relevant[:current].flatten().tolist(), margin)
+    return (1 - c) * map_loss + c * apc_loss
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("margin", [0.0, 0.15])
-def test_map_and_apc_matches_brute_force(dtype, margin):
+def test_loss_matches_the_authors_formulation_by_brute_force(dtype, margin):
     generator = torch.Generator().manual_seed(0)
     for _ in range(5):
-        scores = torch.rand(12, 4, generator=generator, dtype=dtype)
-        relevant = labels_to_relevance(torch.randint(0, 5, (12,), generator=generator), 4, 0)
-        if not relevant.any():
+        logits = torch.rand(12, 5, generator=generator, dtype=dtype)
+        labels = torch.randint(0, 5, (12,), generator=generator)
+        if not (labels > 0).any():
             continue
-        value = MAPAndAPCLoss(margin=margin, lam=0.5)(scores, relevant)
-        assert float(value) == pytest.approx(brute_map_and_apc(scores, relevant, margin), abs=1e-6)
+        value = RankClassifierLoss(4, margin=margin, lam=0.5, tau=0)(logits, labels)
+        expected = brute_map_and_apc(logits[:, 1:], brute_relevance(labels, 4, 0), margin)
+        assert float(value) == pytest.approx(expected, abs=1e-6)
 
 
 def test_rank_classifier_loss_ranks_object_logits():
@@ -101,14 +108,14 @@ def test_score_memory_extends_the_ranking_with_previous_batches():
     # Third call: the current batch followed by the two remembered ones, ranked together.
     scores = torch.cat([b[0][:, 1:] for b in (batches[2], batches[0], batches[1])])
     relevant = torch.cat([brute_relevance(b[1], 3, 0) for b in (batches[2], batches[0], batches[1])])
-    assert values[2] == pytest.approx(brute_map_and_apc(scores, relevant, 0.15))
+    assert values[2] == pytest.approx(brute_map_and_apc(scores, relevant, 0.15, current=8))  # AP-C: batch 3 only
     state = loss.state_dict()
     restored = RankClassifierLoss(3, tau=2)
     restored.load_state_dict(state)
     # The memory now holds batches 1 and 2 (tau = 2) and travels with the state dict.
     scores = torch.cat([b[0][:, 1:] for b in batches])
     relevant = torch.cat([brute_relevance(b[1], 3, 0) for b in batches])
-    assert float(restored(*batches[0])) == pytest.approx(brute_map_and_apc(scores, relevant, 0.15))
+    assert float(restored(*batches[0])) == pytest.approx(brute_map_and_apc(scores, relevant, 0.15, current=8))
 
 
 def test_select_weighted_rois_for_mmdet_arguments():
@@ -123,3 +130,50 @@ def test_select_weighted_rois_for_mmdet_arguments():
         select_weighted_rois(cls_score, labels[:3], None)
     with pytest.raises(ValueError, match="cls_score"):
         select_weighted_rois(cls_score[:, :1], labels, None)
+
+
+def test_gradient_is_the_authors_composition_at_the_same_lambda():
+    """(1 - c) L_mAP(batch + memory) + c L_AP-C(batch), with the coefficients before the rank as in
+    the authors' code: the same loss and gradient as composing the core losses that way."""
+    generator = torch.Generator().manual_seed(4)
+    batches = [(0.05 * torch.randn(10, 4, generator=generator, dtype=torch.float64),
+                torch.randint(0, 4, (10,), generator=generator)) for _ in range(3)]  # fmt: skip
+    loss = RankClassifierLoss(3, margin=0.15, lam=5.0, tau=2).train()  # large lambda: ranks swap in 30 rows
+    for logits, labels in batches[:2]:
+        loss(logits, labels)
+    logits, labels = batches[2][0].clone().requires_grad_(True), batches[2][1]
+    loss(logits, labels).backward()
+    reference = batches[2][0].clone().requires_grad_(True)
+    relevant = brute_relevance(labels, 3, 0)
+    remembered = torch.cat([batches[0][0][:, 1:], batches[1][0][:, 1:]])
+    remembered_relevant = torch.cat([brute_relevance(b[1], 3, 0) for b in batches[:2]])
+    map_term = MAPLoss(0.15, 5.0)(torch.cat([reference[:, 1:], remembered]), torch.cat([relevant, remembered_relevant]))
+    value = (2 / 3) * map_term + (1 / 3) * APCLoss(0.15, 5.0)(reference[:, 1:], relevant)
+    value.backward()
+    assert torch.allclose(logits.grad, reference.grad, atol=1e-12) and logits.grad.abs().sum() > 0
+
+
+def test_a_loss_weight_scales_the_gradient_but_not_lambda():
+    """loss_weight w: the same items move, w times as much; a weight on the loss value instead
+    would also multiply lambda (Alg. 1 perturbs by lam * dL/drank) and move other items."""
+    generator = torch.Generator().manual_seed(5)
+    logits = 0.05 * torch.randn(60, 6, generator=generator, dtype=torch.float64)
+    labels = torch.randint(0, 6, (60,), generator=generator)
+
+    def gradient(weight, on_value=False):
+        x = logits.clone().requires_grad_(True)
+        loss = RankClassifierLoss(5, lam=0.5, tau=0, loss_weight=1.0 if on_value else weight)
+        value = loss(x, labels)
+        (weight * value if on_value else value).backward()
+        return x.grad, value.detach()
+
+    unit, unit_value = gradient(1.0)
+    weighted, weighted_value = gradient(8.0)
+    assert torch.allclose(weighted, 8.0 * unit, atol=1e-12) and weighted_value == unit_value
+    assert torch.equal(weighted != 0, unit != 0) and unit.abs().sum() > 0
+    on_value, _ = gradient(8.0, on_value=True)
+    assert not torch.allclose(on_value, 8.0 * unit)  # what this design avoids
+    with pytest.raises(ValueError, match="loss_weight"):
+        RankClassifierLoss(5, loss_weight=0.0)
+    with pytest.raises(ValueError, match="interclass_coef"):
+        RankClassifierLoss(5, interclass_coef=1.5)

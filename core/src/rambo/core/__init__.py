@@ -7,6 +7,7 @@ Public API::
     APLoss(margin, lam)                        Eq. 21-22
     MAPLoss(margin, lam), APCLoss(margin, lam) Eq. 6/22 and Eq. 23, loss(scores [N, C], labels [N, C])
     ScoreMemory(loss, tau)                     Sec. 4.3 for score rows
+    scale_gradient(tensor, factor)             weight a rank loss without changing its lambda
     EmbeddingMemory(loss, tau)                 Sec. 4.3 for embeddings, memory(embeddings, labels)
     pairwise_scores(embeddings, labels)        [B, B-1] cosine scores and relevance
     RecallAtKSurrogate, SiMix, FastAPLoss, SmoothAPLoss   comparison surrogates
@@ -18,6 +19,7 @@ __version__ = "0.1.0"  # equal to pyproject.toml's version (tests/test_packaging
 from . import metrics
 from .ap_loss import APLoss
 from .fast_ap import FastAPLoss
+from .gradient_scale import scale_gradient
 from .map_loss import APCLoss, MAPLoss
 from .margin import shift_by_margin
 from .pairwise import pairwise_scores
@@ -48,5 +50,6 @@ __all__ = [
     "pairwise_scores",
     "rank",
     "rank_within_relevant",
+    "scale_gradient",
     "shift_by_margin",
 ]

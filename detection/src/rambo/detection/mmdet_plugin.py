@@ -26,18 +26,18 @@ from .rank_classifier_loss import RankClassifierLoss
 
 @MODELS.register_module()
 class RaMBOClassifierLoss(torch.nn.Module):
-    """``loss_weight * (map_weight * L_mAP + apc_weight * L_AP-C)`` with score memory (paper 5.2).
+    """``(1 - c) L_mAP + c L_AP-C`` with score memory on L_mAP (paper 5.2, the authors' formulation);
+    ``loss_weight`` scales the gradient after the rank, so lambda keeps its meaning.
 
     ``avg_factor`` and ``reduction_override`` are accepted and ignored: the rank losses are
     already means (over classes and relevant items), so there is nothing to normalise.
     """
 
     def __init__(self, num_classes: int, margin: float = 0.15, lam: float = 0.5, tau: int = 7,
-                 map_weight: float = 2.0, apc_weight: float = 1.0, loss_weight: float = 1.0):
+                 interclass_coef: float = 1.0 / 3.0, loss_weight: float = 1.0):
         super().__init__()
         self.loss = RankClassifierLoss(num_classes, background_label=num_classes, margin=margin, lam=lam, tau=tau,
-                                       map_weight=map_weight, apc_weight=apc_weight)
-        self.loss_weight = float(loss_weight)
+                                       interclass_coef=interclass_coef, loss_weight=loss_weight)
 
     custom_cls_channels = True  # mmdet then asks get_cls_channels and scores with get_activation
     custom_activation = False  # mmdet's usual accuracy is kept
@@ -54,4 +54,4 @@ class RaMBOClassifierLoss(torch.nn.Module):
 
     def forward(self, cls_score, label, weight=None, avg_factor=None, reduction_override=None, **kwargs):
         cls_score, label = select_weighted_rois(cls_score, label, weight)
-        return self.loss_weight * self.loss(cls_score, label)
+        return self.loss(cls_score, label)

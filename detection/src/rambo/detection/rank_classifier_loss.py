@@ -1,4 +1,11 @@
-"""The RaMBO RoI classifier loss: ``2 * L_mAP + 1 * L_AP-C`` with score memory (paper 4.6, 5.2).
+"""The RaMBO RoI classifier loss: ``(1 - c) L_mAP + c L_AP-C``, c = 1/3 (paper 4.6, 5.2).
+
+The formulation is the authors' (their detection loss: an inter-class coefficient c with the
+paper's "2 : 1" ratio of the two terms as ``(1 - c) : c``; the score memory of the last ``tau``
+batches extends the ranking of L_mAP only, L_AP-C ranks the current batch). The coefficients sit
+before the blackbox rank, as in their code, so ``lam`` means what it means in the paper's tables.
+Any further weight (``loss_weight``) scales only the gradient that leaves the loss
+(:func:`rambo.core.scale_gradient`): a weight on the loss value would multiply lambda as well.
 
 What is ranked. Each sampled RoI is an item; its scores are the classifier's logits of the C
 object classes, ``[N, C]``. Column ``c`` ranks all RoIs for class ``c`` (L_mAP, Eq. 22 averaged
@@ -17,7 +24,7 @@ divided by lambda, and the softmax Jacobian (about p = 1 / (C + 1)) shrinks it f
 from __future__ import annotations
 
 import torch
-from rambo.core import APCLoss, MAPLoss, ScoreMemory
+from rambo.core import APCLoss, MAPLoss, ScoreMemory, scale_gradient
 
 
 def labels_to_relevance(labels: torch.Tensor, num_classes: int, background_label: int) -> torch.Tensor:
@@ -40,45 +47,36 @@ def labels_to_relevance(labels: torch.Tensor, num_classes: int, background_label
     return relevant
 
 
-class MAPAndAPCLoss(torch.nn.Module):
-    """``map_weight * L_mAP + apc_weight * L_AP-C`` on ``scores [N, C]``, ``relevant [N, C]`` bool.
-
-    ``ranked_dim = 0`` (the RoIs), so that :class:`rambo.core.ScoreMemory` appends remembered RoIs.
-    """
-
-    ranked_dim = 0
-
-    def __init__(self, margin: float = 0.15, lam: float = 0.5, map_weight: float = 2.0, apc_weight: float = 1.0):
-        super().__init__()
-        self.map_loss = MAPLoss(margin=margin, lam=lam)
-        self.apc_loss = APCLoss(margin=margin, lam=lam)
-        self.map_weight = float(map_weight)
-        self.apc_weight = float(apc_weight)
-
-    def forward(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-        return self.map_weight * self.map_loss(scores, relevant) + self.apc_weight * self.apc_loss(scores, relevant)
-
-
 class RankClassifierLoss(torch.nn.Module):
     """The classifier loss as the RoI heads call it: ``loss(class_logits [N, C+1], labels [N])``.
+
+    ``(1 - interclass_coef) * L_mAP(scores and memory) + interclass_coef * L_AP-C(scores)``, the
+    gradient reaching the logits multiplied by ``loss_weight``.
 
     Args:
         num_classes: C (object classes, background excluded).
         background_label: where background sits in ``labels`` and in the logits' columns:
             0 (torchvision: column 0) or C (mmdetection: the last column).
         margin, lam, tau: alpha, lambda and the score memory length (paper 5.2: 0.15, 0.5, 7).
-        map_weight, apc_weight: the 2 : 1 ratio of the paper.
-        loss_weight: multiplies both weights (1 in the paper).
+        interclass_coef: c, the weight of L_AP-C (1/3: the paper's 2 : 1 ratio, the authors' code).
+        loss_weight: a pure gradient scale (1 in the paper); the loss value and lambda are unchanged.
     """
 
     def __init__(self, num_classes: int, background_label: int = 0, margin: float = 0.15, lam: float = 0.5,
-                 tau: int = 7, map_weight: float = 2.0, apc_weight: float = 1.0, loss_weight: float = 1.0):
+                 tau: int = 7, interclass_coef: float = 1.0 / 3.0, loss_weight: float = 1.0):  # fmt: skip
         super().__init__()
         if background_label not in (0, num_classes):
             raise ValueError(f"background_label must be 0 or num_classes={num_classes}, got {background_label}")
+        if not 0.0 <= interclass_coef <= 1.0:
+            raise ValueError(f"interclass_coef must lie in [0, 1], got {interclass_coef}")
+        if not loss_weight > 0:
+            raise ValueError(f"loss_weight must be > 0, got {loss_weight}")
         self.num_classes = int(num_classes)
         self.background_label = int(background_label)
-        self.memory = ScoreMemory(MAPAndAPCLoss(margin, lam, map_weight * loss_weight, apc_weight * loss_weight), tau)
+        self.interclass_coef = float(interclass_coef)
+        self.loss_weight = float(loss_weight)
+        self.map_memory = ScoreMemory(MAPLoss(margin=margin, lam=lam), tau)  # L_mAP over the batch and memory
+        self.apc_loss = APCLoss(margin=margin, lam=lam)  # L_AP-C over the current batch
 
     def object_scores(self, class_logits: torch.Tensor) -> torch.Tensor:
         """The logits of the C object classes, ``[N, C]`` (the background column dropped)."""
@@ -90,4 +88,6 @@ class RankClassifierLoss(torch.nn.Module):
 
     def forward(self, class_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         relevant = labels_to_relevance(labels, self.num_classes, self.background_label)
-        return self.memory(self.object_scores(class_logits), relevant)
+        scores = scale_gradient(self.object_scores(class_logits), self.loss_weight)
+        c = self.interclass_coef
+        return (1.0 - c) * self.map_memory(scores, relevant) + c * self.apc_loss(scores, relevant)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from rambo.core import scale_gradient
 from rambo.harness.distributed import world_size
 
 
@@ -34,23 +35,10 @@ def gather_batch(embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.
     return gather_with_grad(embeddings), gather_with_grad(labels)
 
 
-class _ScaleGradient(torch.autograd.Function):
-    """Identity forward; multiplies the incoming gradient by ``factor`` in backward."""
-
-    @staticmethod
-    def forward(ctx, tensor: torch.Tensor, factor: float) -> torch.Tensor:
-        ctx.factor = factor
-        return tensor.view_as(tensor)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        return grad * ctx.factor, None
-
-
 def global_batch_loss(loss_fn, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """The loss over the global batch; its ``backward()`` under DDP gives every process the
     global gradient (see the module docstring). Identical to ``loss_fn(embeddings, labels)`` in
     a single process."""
     if world_size() > 1:
-        embeddings = _ScaleGradient.apply(embeddings, float(world_size()))
+        embeddings = scale_gradient(embeddings, float(world_size()))
     return loss_fn(*gather_batch(embeddings, labels))
