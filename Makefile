@@ -49,4 +49,4 @@ figures: install ## rebuild every figure (their DVC stages, and whatever they de
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro figure_1 figure_2 figure_3 figure_4 figure_5 figure_6 table_6
 
 tables: install ## the tables from the runs' metrics.json under results/runs/ (e.g. runs made on a cluster), without running or deleting anything upstream
-	$(PY) ablations/tables.py --runs results/runs --params params.yaml --out results/tables
+	$(PY) ablations/tables.py --runs results/runs --params params.yaml --out results/tables $(if $(wildcard figures/out/fig2_minibatch_map.json),--figure2 figures/out/fig2_minibatch_map.json)

@@ -5,7 +5,9 @@
 Reads ``runs/<task>/<experiment>/seed<k>/metrics.json`` (written by the training stages); the
 profile's ``tables.runs`` in params.yaml says which experiment fills which paper cell. It
 writes ``<out>/<table>.md`` and ``<out>/<table>.json`` for every table of ``paper_numbers.TABLES``,
-``<out>/tables.md`` with all of them, and ``<out>/summary.json`` (the DVC metrics file). With
+``<out>/tables.md`` with all of them, ``<out>/claims.{md,json}`` (the paper's qualitative claims,
+paired by seed with 95% intervals: :mod:`claims`; ``--figure2`` adds Fig. 2's bias claims) and
+``<out>/summary.json``. With
 ``--wandb-mode`` other than ``disabled``, an aggregate W&B run mirrors the tables (the files stay the
 primary copy). A cell whose dataset the profile does not run says so; a cell whose runs are missing
 is an error, so a broken pipeline cannot produce a quietly empty table.
@@ -24,6 +26,7 @@ from rambo.harness.atomic import write_text
 from rambo.harness.wandb_run import start_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from claims import claims_markdown, evaluate_claims, minibatch_bias_claims  # noqa: E402
 from paper_numbers import TABLES, Cell, Table  # noqa: E402
 
 
@@ -105,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=Path, required=True)
     parser.add_argument("--params", type=Path, required=True, help="params.yaml (profile, seeds, tables.runs)")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--figure2", type=Path, help="fig2_minibatch_map.json, for the mini-batch bias claims")
     parser.add_argument("--wandb-mode", default="disabled", choices=["auto", "online", "offline", "disabled"])
     parser.add_argument("--wandb-project", default="rambo-tables")
     args = parser.parse_args(argv)
@@ -124,6 +128,15 @@ def main(argv: list[str] | None = None) -> None:
             for column, cell in zip(built["columns"], row["cells"]):
                 if cell["status"] == "ok":
                     summary[f"{table.key}/{row['label']}/{column}"] = round(cell["mean"], 2)
+    def read_values(task: str, experiment: str, metric: str) -> list[float]:
+        paths = [args.runs / task / experiment / f"seed{seed}" / "metrics.json" for seed in seeds]
+        return [read_metric(task, json.loads(path.read_text()), metric) for path in paths]
+
+    claims = evaluate_claims(read_values, run_map) + (minibatch_bias_claims(args.figure2) if args.figure2 else [])
+    claims_text = claims_markdown(claims, profile, seeds)
+    write_text(args.out / "claims.md", claims_text)
+    write_text(args.out / "claims.json", json.dumps({"profile": profile, "seeds": seeds, "claims": claims}, indent=2) + "\n")
+    sections.append(claims_text)
     write_text(args.out / "tables.md", f"## Reproduced tables (profile `{profile}`)\n\n" + "\n".join(sections))
     write_text(args.out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     log_to_wandb(built_tables, args.wandb_mode, args.wandb_project, {"profile": profile, "seeds": seeds}, Path.cwd())

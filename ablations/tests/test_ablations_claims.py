@@ -1,0 +1,54 @@
+"""The claims table: paired differences, their 95% interval and the verdict."""
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from claims import CLAIMS, evaluate_claims, minibatch_bias_claims, paired_interval, t_quantile, verdict  # noqa: E402
+
+
+def test_paired_interval_is_the_t_interval_of_the_differences():
+    a, b = [60.0, 55.0, 58.0], [50.0, 49.0, 55.0]
+    differences = [10.0, 6.0, 3.0]
+    mean, low, high = paired_interval(a, b)
+    half = 4.303 * statistics.stdev(differences) / math.sqrt(3)  # t_0.975 with 2 degrees of freedom
+    assert mean == pytest.approx(19 / 3) and (low, high) == pytest.approx((19 / 3 - half, 19 / 3 + half))
+    assert t_quantile(1) == 12.706 and t_quantile(100) == 1.96
+    with pytest.raises(ValueError, match="same seeds"):
+        paired_interval([1.0], [1.0, 2.0])
+    assert math.isnan(paired_interval([1.0], [0.0])[1])
+
+
+def test_verdicts():
+    assert verdict(0.5, 3.0) == "holds"
+    assert verdict(-3.0, -0.1) == "contradicted"
+    assert verdict(-1.0, 1.0) == "not resolved"
+    assert verdict(float("nan"), float("nan")).startswith("not resolved")
+
+
+def test_claims_are_evaluated_on_the_cells_a_profile_runs():
+    run_map = {"retrieval/sop/rambo_recall_log": "full", "retrieval/sop/contrastive": "contrastive",
+               "retrieval/sop/rambo_recall_log-no_margin": "no_margin"}  # fmt: skip
+    values = {"full": [60.0, 62.0, 61.0], "contrastive": [40.0, 41.0, 43.0], "no_margin": [70.0, 71.0, 75.0]}
+    rows = evaluate_claims(lambda task, experiment, metric: values[experiment], run_map)
+    assert [row["claim"] for row in rows] == [CLAIMS[0].text, CLAIMS[1].text]  # the others are not run
+    beats, margin = rows
+    assert beats["verdict"] == "holds" and beats["paper_difference"] == pytest.approx(35.8)
+    assert margin["verdict"] == "contradicted" and margin["paper_difference"] is None
+
+
+def test_minibatch_bias_claims_read_figure_2(tmp_path):
+    figure = tmp_path / "fig2.json"
+    stat = lambda mean: {"mean": mean, "std": 0.05, "batches": 100}  # noqa: E731
+    figure.write_text(json.dumps({"true_map": 0.6, "tau": 3, "curves": ["no memory", "memory tau=3"], "rows": [
+        {"batch_size": 4, "no memory": stat(0.9), "memory tau=3": stat(0.8)},
+        {"batch_size": 64, "no memory": stat(0.61), "memory tau=3": stat(0.605)}]}))  # fmt: skip
+    size, memory = minibatch_bias_claims(figure)
+    assert size["difference"] == pytest.approx(29.0) and size["verdict"] == "holds"
+    assert memory["difference"] == pytest.approx(10.0) and memory["values"] == pytest.approx([30.0, 20.0])
+    assert minibatch_bias_claims(tmp_path / "absent.json") == []
