@@ -48,6 +48,7 @@ TABLES = (
             ("RaMBO loglog", "rambo_recall_loglog", (78.6, 90.5, 96.0, 98.7)),
             ("Contrastive (paper: GoogLeNet)", "contrastive", (42.0, 58.2, 73.8, 89.1)),
             ("FastAP", "fastap", (76.4, 89.1, 95.4, 98.5)),
+            ("Smooth-AP (Brown et al. 2020, after the paper)", "smoothap", NONE4),
             ("Recall@k surrogate + SiMix", "recall_at_k_surrogate_simix", NONE4),
         )),
         PAPER_PROTOCOL,

@@ -22,7 +22,8 @@ def runs_of(profile: Path):
     params = yaml.safe_load(profile.read_text())
     for task in ("retrieval", "detection"):
         overrides = str(params[task]["overrides"] or "").split()
-        for experiment in params[task]["experiments"] + params[task]["ablations"]:
+        warm_start = params[task].get("warm_start") or {}
+        for experiment in params[task]["experiments"] + params[task]["ablations"] + ([warm_start["experiment"]] if warm_start.get("seeds") else []):
             yield task, experiment, overrides
 
 

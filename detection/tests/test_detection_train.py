@@ -180,3 +180,36 @@ def test_prepare_generates_synthetic_and_downloads_voc_where_the_runs_read(tmp_p
     assert fetched == [(tmp_path / "voc", voc0712, {"mirror": "m", "archive_dir": tmp_path / "archives"})]
     with pytest.raises(ValueError, match="unknown datasets"):
         prepare_module.prepare(tmp_path, ["coco"])
+
+
+def test_a_warm_started_run_begins_from_the_warm_start_weights(tmp_path, data_root):
+    """mini's rows start from the CE warm start of their seed; its MD5 joins the run identity."""
+    from rambo.detection.warm_start import load_initial_weights
+
+    base = ["schedule.max_iterations_per_epoch=1", "schedule.epochs=1", "wandb.mode=disabled", "progress=false",
+            "threads=1", f"data.root={data_root / 'synthetic'}"]  # fmt: skip
+    warm = tmp_path / "warm" / "checkpoint.pt"
+    train(compose_config(["experiment=tiny_ce", *base, f"output_dir={tmp_path / 'warm'}"]))
+    rambo_cfg = compose_config(["experiment=tiny_rambo", *base, f"output_dir={tmp_path / 'row'}", f"init_checkpoint={warm}"])
+    model = build_detector(rambo_cfg.model, rambo_cfg.loss, len(SYNTHETIC_CLASSES))
+    md5 = load_initial_weights(model, warm)
+    saved = load_checkpoint(warm)["state"]["model"]
+    for key, value in model.state_dict().items():
+        if isinstance(value, torch.Tensor) and not key.startswith("roi_heads.classifier_loss."):
+            assert torch.equal(value, saved[key]), key
+    assert len(md5) == 32
+    train(rambo_cfg)
+    assert load_checkpoint(tmp_path / "row" / "checkpoint.pt")["identity"]["init_checkpoint_md5"] == md5
+    with pytest.raises(FileNotFoundError, match="experiment=mini_warm_start"):
+        load_initial_weights(model, tmp_path / "absent.pt")
+    wrong = build_detector(compose_config(["experiment=mini_rambo"]).model, rambo_cfg.loss, len(SYNTHETIC_CLASSES))
+    with pytest.raises(ValueError, match="does not fit this model"):
+        load_initial_weights(wrong, warm)
+
+
+def test_mini_rows_start_from_the_warm_start_of_their_seed():
+    for experiment in ("mini_ce", "mini_rambo", "mini_table8_lam0p1_margin"):
+        cfg = compose_config([f"experiment={experiment}", "seed=2"])
+        assert cfg.init_checkpoint == "results/checkpoints/detection/mini_warm_start/seed2/checkpoint.pt"
+        assert cfg.loss.get("loss_weight", 1.0) == 1.0  # lambda is the labelled one; no extra weight
+    assert compose_config(["experiment=mini_warm_start"]).init_checkpoint is None

@@ -30,6 +30,7 @@ from .engine import evaluate, train_one_epoch
 from .model import build_detector
 from .synthetic import SYNTHETIC_CLASSES, generate
 from .voc import VOC_CLASSES, VOCDetectionDataset, collate_detection
+from .warm_start import load_initial_weights
 
 CLASS_LISTS = {"voc": VOC_CLASSES, "synthetic": SYNTHETIC_CLASSES}
 
@@ -90,13 +91,17 @@ def train(cfg: DictConfig) -> dict:
     train_set = VOCDetectionDataset(cfg.data.train_roots, cfg.data.train_set, classes, train=True, max_images=cfg.data.max_train_images)
     test_set = VOCDetectionDataset([cfg.data.test_root], cfg.data.test_set, classes, train=False, max_images=cfg.data.max_test_images)
     model = build_detector(cfg.model, cfg.loss, len(classes)).to(device)
+    started_from = {}
+    if cfg.get("init_checkpoint"):  # before TrainingRun: a resumed checkpoint then overrides these weights
+        started_from["init_checkpoint_md5"] = load_initial_weights(model, cfg.init_checkpoint)
     schedule = cfg.schedule
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=schedule.lr, momentum=schedule.momentum, weight_decay=schedule.weight_decay)
     iterations = min(-(-len(train_set) // schedule.batch_size), schedule.max_iterations_per_epoch or float("inf"))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda iteration: learning_rate_factor(iteration, iterations, schedule))
     trained = wrap_model(model, device, broadcast_buffers=False)
     run = TrainingRun(cfg, {"model": model, "optimizer": optimizer, "scheduler": scheduler},
-                      extra={"train_seconds": 0.0, "train_images": 0}, is_main=setup.is_main)  # fmt: skip
+                      extra={"train_seconds": 0.0, "train_images": 0}, is_main=setup.is_main,
+                      identity_extra=started_from)  # fmt: skip
     for epoch in run.epochs(schedule.epochs):
         flips = torch.Generator().manual_seed(cfg.seed * 1000 + epoch - 1 + 500 + 7919 * setup.rank)
         started = time.perf_counter()

@@ -46,16 +46,19 @@ class TrainingRun:
     :attr:`extra` and saved from it. ``summary_keys``: the keys of a curve record shown in the
     per-epoch log line (all of them when ``None``). ``untracked_keys``: keys of a record that
     depend on the machine (timings): logged and sent to W&B, kept out of the curve file, which
-    DVC tracks and which must not change when an unchanged run is made again.
+    DVC tracks and which must not change when an unchanged run is made again. ``identity_extra``:
+    facts outside the config that make a run another run (e.g. the MD5 of the weights it starts
+    from), added to the identity a resumed checkpoint must match.
     """
 
     def __init__(self, cfg: DictConfig, stateful: Mapping, extra: dict | None = None, is_main: bool = True,
-                 summary_keys: tuple[str, ...] | None = None, untracked_keys: tuple[str, ...] = ()):  # fmt: skip
+                 summary_keys: tuple[str, ...] | None = None, untracked_keys: tuple[str, ...] = (),
+                 identity_extra: Mapping | None = None):  # fmt: skip
         check_policy(cfg.resume)
         self.summary_keys, self.untracked_keys = summary_keys, frozenset(untracked_keys)
         self.cfg, self.stateful, self.is_main = cfg, dict(stateful), is_main
         self.config = OmegaConf.to_container(cfg, resolve=True)
-        self.identity = run_identity(self.config, cfg.resume_may_change)
+        self.identity = {**run_identity(self.config, cfg.resume_may_change), **dict(identity_extra or {})}
         self.checkpoint_path = Path(cfg.checkpoint_path)
         self.epoch, self.curve, self.extra, wandb_id = 0, [], dict(extra or {}), None
         state = checkpoint_to_resume(self.checkpoint_path, cfg.resume, self.identity, set_aside=is_main,
