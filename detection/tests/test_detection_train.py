@@ -76,7 +76,7 @@ def test_every_option_of_every_group_composes(group, option):
 
 @pytest.mark.parametrize("experiment", [None, *EXPERIMENTS])
 def test_every_config_runs_one_iteration(experiment, data_root, tmp_path):
-    overrides = one_iteration_overrides(data_root, tmp_path / "run")
+    overrides = one_iteration_overrides(data_root, tmp_path / "run") + ["init_checkpoint=null"]  # warm starts: tested below
     if experiment is not None:
         overrides.insert(0, f"experiment={experiment}")
     metrics = train(compose_config(overrides))
