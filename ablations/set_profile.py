@@ -2,19 +2,32 @@
 
 params.yaml is what every DVC stage reads; ablations/profiles/<name>.yaml holds each profile. The
 file is replaced only when it differs, so that switching to the profile already in place leaves
-every stage up to date. A params.yaml that is none of the profiles (edited by hand) is never
-overwritten silently: ``--force`` (``make reproduce ... FORCE_PROFILE=1``) replaces it, else the
-command stops and says so; run ``dvc repro`` directly to use the edited file.
+every stage up to date. A params.yaml that is none of the profiles and not the committed one
+(edited by hand) is never overwritten silently: ``--force`` (``make reproduce ...
+FORCE_PROFILE=1``) replaces it, else the command stops and says so; run ``dvc repro`` directly to
+use the edited file. The committed params.yaml (an older version of a profile, after a pull that
+changed the profile) is not a local edit.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 from rambo.harness.atomic import write_text
 
 PROFILES = Path(__file__).resolve().parent / "profiles"
+
+
+def committed_text(params: Path) -> str | None:
+    """``params`` as committed in git's HEAD, or None (no git, not a repository, not tracked)."""
+    try:
+        shown = subprocess.run(["git", "show", f"HEAD:./{params.name}"], cwd=params.resolve().parent,
+                               capture_output=True, text=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return shown.stdout if shown.returncode == 0 else None
 
 
 def set_profile(name: str, params: Path = Path("params.yaml"), force: bool = False) -> bool:
@@ -29,7 +42,8 @@ def set_profile(name: str, params: Path = Path("params.yaml"), force: bool = Fal
         current = params.read_text()
         if current == text:
             return False
-        if not force and all(current != profile.read_text() for profile in PROFILES.glob("*.yaml")):
+        known = [profile.read_text() for profile in PROFILES.glob("*.yaml")]
+        if not force and current not in known and current != committed_text(params):
             raise SystemExit(
                 f"{params} has local edits (it is none of the profiles in {PROFILES}); not overwriting it.\n"
                 f"Keep them: run `dvc repro` directly (with .venv/bin on PATH). Discard them: "

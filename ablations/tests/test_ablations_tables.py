@@ -92,6 +92,24 @@ def test_set_profile_never_overwrites_a_locally_edited_params_file(tmp_path):
     assert set_profile("mini", "--force").returncode == 0 and "# my edit" not in params.read_text()
 
 
+def test_the_committed_params_file_is_not_a_local_edit(tmp_path):
+    """After a pull that changed a profile, the committed params.yaml (the old profile) is replaced."""
+    import shutil
+
+    if shutil.which("git") is None:
+        pytest.skip("git is needed")
+    root = Path(__file__).resolve().parents[2]
+    params = tmp_path / "params.yaml"
+    params.write_text("profile: mini\nseeds: [0]\n# an older version of the profile\n")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    for command in (["init", "-q"], ["add", "params.yaml"], ["commit", "-qm", "params"]):
+        subprocess.run([*git, *command], cwd=tmp_path, check=True, capture_output=True)
+    done = subprocess.run([sys.executable, str(root / "ablations" / "set_profile.py"), "mini"], cwd=tmp_path,
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert params.read_text() == (root / "ablations/profiles/mini.yaml").read_text()
+
+
 def test_make_tables_builds_the_tables_from_runs_alone(tmp_path):
     """`make tables`: the documented way to bring in runs made elsewhere (no DVC, nothing upstream)."""
     root = Path(__file__).resolve().parents[2]
