@@ -7,11 +7,16 @@ STAMP := $(VENV)/.installed
 # Sub-projects are the folders with a pyproject.toml (core, retrieval, detection, ...).
 SUBPROJECTS := $(patsubst %/pyproject.toml,%,$(wildcard */pyproject.toml))
 TEST_DIRS := $(wildcard $(addsuffix /tests,$(SUBPROJECTS)) figures/tests ablations/tests tests)
+# The mmdetection environment (environments/mmdet/): Python 3.10, apart from .venv.
+# The first candidate that really runs Python 3.10 (a pyenv shim may exist without the version).
+PYTHON_MMDET ?= $(firstword $(foreach p,$(shell command -v python3.10 2>/dev/null) $(wildcard $(HOME)/.pyenv/versions/3.10*/bin/python3.10),$(if $(findstring True,$(shell $(p) -c 'import sys; print(sys.version_info[:2] == (3, 10))' 2>/dev/null)),$(p))))
+MMDET_VENV := .venv-mmdet
+MMDET_STAMP := $(MMDET_VENV)/.installed
 PROFILE ?= mini
 BENCH_ARGS ?=
 FORCE_PROFILE ?=
 
-.PHONY: help install test test-slow bench reproduce paper-smoke figures tables
+.PHONY: help install test test-slow test-mmdet bench reproduce paper-smoke figures tables
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -30,6 +35,16 @@ test: install ## run every sub-project's tests (the README's test command; CI ru
 
 test-slow: install ## run the tests marked slow as well
 	$(PY) -m pytest $(TEST_DIRS)
+
+$(MMDET_STAMP): environments/mmdet/requirements.txt core/pyproject.toml harness/pyproject.toml detection/pyproject.toml
+	@test -n "$(PYTHON_MMDET)" || { echo "error: the mmdetection environment needs Python 3.10 (mmcv's compiled ops exist for it): install it or set PYTHON_MMDET=/path/to/python3.10"; exit 1; }
+	$(PYTHON_MMDET) -m venv $(MMDET_VENV)
+	$(MMDET_VENV)/bin/pip install -q --require-hashes --no-deps -r environments/mmdet/requirements.txt
+	$(MMDET_VENV)/bin/pip install -q --no-deps --no-build-isolation -e ./core -e ./harness -e ./detection
+	touch $@
+
+test-mmdet: $(MMDET_STAMP) ## the mmdetection plugin's tests (mmdet's registry and Runner) in their own pinned environment, .venv-mmdet (never touches .venv)
+	RAMBO_REQUIRE_MMDET=1 $(MMDET_VENV)/bin/python -m pytest -s detection/tests/test_detection_mmdet_plugin.py detection/tests/test_detection_mmdet_runner.py
 
 bench: install ## AP-loss speed benchmark vs the reference algorithm and one float32 sort (BENCH_ARGS="--with-1e8 --device cuda")
 	$(PY) -m rambo.core.benchmark --out core/benchmarks/ap_loss.json --markdown core/benchmarks/ap_loss.md $(BENCH_ARGS)

@@ -1,15 +1,21 @@
 """The mmdetection plugin, called as mmdet's bbox head calls ``loss_cls``.
 
-Runs where ``mmdet.registry`` imports (``pip install rambo-detection[mmdet]``); skipped elsewhere.
-The label conversion it relies on is tested without mmdet in test_detection_rank_classifier_loss.py.
+Runs where mmdetection's models import with mmcv's compiled ops (the environment of
+environments/mmdet/, ``make test-mmdet``); skipped elsewhere, and an error instead of a skip when
+``RAMBO_REQUIRE_MMDET=1`` (as ``make test-mmdet`` sets). The label conversion it relies on is tested
+without mmdet in test_detection_rank_classifier_loss.py.
 """
+
+import os
 
 import pytest
 import torch
 
-registry = pytest.importorskip(
-    "mmdet.registry", reason="mmdet is not installed: the plugin is the optional extra rambo-detection[mmdet]"
-)
+if os.environ.get("RAMBO_REQUIRE_MMDET") == "1":
+    import mmdet.models  # noqa: F401  (mmcv's compiled ops: what mmcv-lite lacks)
+else:
+    pytest.importorskip("mmdet.models", reason="mmdetection with mmcv's compiled ops is not installed (make test-mmdet)")
+from mmdet import registry  # noqa: E402
 
 from rambo.detection.rank_classifier_loss import RankClassifierLoss  # noqa: E402
 
@@ -31,9 +37,13 @@ def test_registered_loss_with_mmdet_arguments_matches_the_torchvision_convention
     keep = label_weights > 0
     torchvision_logits = cls_score.detach()[keep][:, [3, 0, 1, 2]]  # background first
     torchvision_labels = torch.where(labels[keep] == 3, 0, labels[keep] + 1)
+    torchvision_logits.requires_grad_(True)
     expected = RankClassifierLoss(3, background_label=0, tau=0)(torchvision_logits, torchvision_labels)
     assert float(value) == pytest.approx(float(expected))
     value.backward()
+    expected.backward()
+    # the same gradient, column for column (background last here, first in torchvision)
+    torch.testing.assert_close(cls_score.grad[keep][:, [3, 0, 1, 2]], torchvision_logits.grad)
     assert cls_score.grad[~keep].abs().sum() == 0 and cls_score.grad[keep].abs().sum() > 0
 
 
