@@ -40,7 +40,8 @@ def heads_inputs(detector):
     return features, proposals, image_list.image_sizes, targets
 
 
-def parent_and_child_losses(loss_config):
+def parent_and_child_losses(loss_config, seed: int = 0):
+    torch.manual_seed(seed)  # the detector's initial weights
     detector = build_detector(MODEL, loss_config, num_classes=3).train()
     features, proposals, sizes, targets = heads_inputs(detector)
     torch.manual_seed(1)  # the RoI sampler draws from the global generator
@@ -59,8 +60,11 @@ def test_ce_configuration_reproduces_torchvision_losses_exactly():
 
 
 def test_rambo_configuration_changes_only_the_classifier_loss():
-    # lambda 5: in these few RoIs the paper's 0.5 swaps no rank, so the blackbox gradient would be 0
-    detector, parent, child = parent_and_child_losses(OmegaConf.merge(RAMBO, {"lam": 5.0}))
+    # lambda 5: in these few RoIs the paper's 0.5 may swap no rank, and the blackbox gradient be 0
+    large_lambda = loss_config("rambo")
+    large_lambda.lam = 5.0  # set in place: the module's ${loss.lam} follows it
+    detector, parent, child = parent_and_child_losses(large_lambda)
+    assert detector.roi_heads.classifier_loss.apc_loss.lam == 5.0
     assert isinstance(detector.roi_heads.classifier_loss, RankClassifierLoss)
     torch.testing.assert_close(child["loss_box_reg"], parent["loss_box_reg"])  # box regression untouched
     assert not torch.allclose(child["loss_classifier"], parent["loss_classifier"])
