@@ -39,7 +39,7 @@ test-slow: install ## run the tests marked slow as well
 $(MMDET_STAMP): environments/mmdet/requirements.txt core/pyproject.toml harness/pyproject.toml detection/pyproject.toml
 	@test -n "$(PYTHON_MMDET)" || { echo "error: the mmdetection environment needs Python 3.10 (mmcv's compiled ops exist for it): install it or set PYTHON_MMDET=/path/to/python3.10"; exit 1; }
 	$(PYTHON_MMDET) -m venv $(MMDET_VENV)
-	$(MMDET_VENV)/bin/pip install -q --require-hashes --no-deps -r environments/mmdet/requirements.txt
+	$(MMDET_VENV)/bin/pip install -q --no-cache-dir --require-hashes --no-deps -r environments/mmdet/requirements.txt
 	$(MMDET_VENV)/bin/pip install -q --no-deps --no-build-isolation -e ./core -e ./harness -e ./detection
 	touch $@
 
