@@ -81,6 +81,31 @@ def test_sigmoid_ranks_chunking_gives_the_same_values_and_gradients():
     assert torch.allclose(grad_whole, grad_chunked)
 
 
+def test_one_long_row_is_computed_in_blocks_of_bounded_size(monkeypatch):
+    """A single row whose [P, N] differences exceed the budget is split over its relevant items
+    (one row of 1e6 items with 1 % relevant once asked for a 40 GB block)."""
+    from rambo.core import sigmoid_rank
+
+    blocks, original = [], sigmoid_rank._chunk_ranks
+
+    def spy(scores, relevant_index, *rest):
+        blocks.append(scores.shape[0] * relevant_index.shape[1] * scores.shape[1])
+        return original(scores, relevant_index, *rest)
+
+    monkeypatch.setattr(sigmoid_rank, "_chunk_ranks", spy)
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.rand(1, 5000, generator=generator, dtype=torch.float64)
+    relevant = torch.rand(1, 5000, generator=generator) < 0.05
+    chunked = sigmoid_ranks_of_relevant(scores, relevant, 0.05, chunk_elements=20_000)
+    assert len(blocks) > 1 and max(blocks) <= 20_000
+    monkeypatch.setattr(sigmoid_rank, "_chunk_ranks", original)
+    whole = sigmoid_ranks_of_relevant(scores, relevant, 0.05, chunk_elements=10**9)
+    for a, b in zip(whole, chunked):
+        assert torch.allclose(a.double(), b.double())
+    with pytest.raises(ValueError, match="chunk_elements"):
+        sigmoid_ranks_of_relevant(scores, relevant, 0.05, chunk_elements=0)
+
+
 def saved_elements(loss, n):
     """Elements autograd keeps for the backward pass of loss on an n x n score matrix."""
     total = 0

@@ -5,11 +5,12 @@ For query row ``q`` and relevant item ``i``:
     rank_all(i) = 1 + sum_{j != i, valid j} sigmoid((s_j - s_i) / tau)
     rank_rel(i) = 1 + sum_{j != i, valid relevant j} sigmoid((s_j - s_i) / tau)
 
-Memory. The pairwise differences of one row are ``[P, N]`` (P relevant items). Rows are processed in
-chunks under ``torch.utils.checkpoint``, so autograd keeps only each chunk's inputs and outputs and
-recomputes the differences in the backward pass: peak memory is one chunk's ``[c, P, N]`` block plus
-``O(Q * N)``, i.e. O(n^2) for an n x n score matrix, not the O(n^3) of materialising every
-``[Q, N, N]`` difference.
+Memory. The pairwise differences of one row are ``[P, N]`` (P relevant items). They are computed in
+blocks of at most ``chunk_elements`` under ``torch.utils.checkpoint``: several rows at a time when a
+row's ``[P, N]`` fits, else one row at a time and its relevant items in slices of ``[p, N]`` (a single
+row of 1e6 items with 1e4 relevant would otherwise be a 1e10-element block). Autograd keeps only each
+block's inputs and outputs and recomputes the differences in the backward pass: peak memory is one
+block plus ``O(Q * N)``, not the O(n^3) of materialising every ``[Q, N, N]`` difference.
 """
 
 from __future__ import annotations
@@ -62,15 +63,22 @@ def sigmoid_ranks_of_relevant(
     # Indices of the relevant items first (stable: in position order), then padding.
     relevant_index = torch.argsort((~relevant_valid).to(torch.int8), dim=-1, stable=True)[:, :count]
     relevant_mask = relevant_valid.gather(-1, relevant_index)
-    rows_per_chunk = max(1, chunk_elements // (count * n))
+    if chunk_elements < 1:
+        raise ValueError(f"chunk_elements must be >= 1, got {chunk_elements}")
+    per_slice = min(count, max(1, chunk_elements // n))  # relevant items per block (all of them when a row fits)
+    rows_per_chunk = max(1, chunk_elements // (per_slice * n))
     ranks_all, ranks_rel = [], []
     for start in range(0, q, rows_per_chunk):
         rows = slice(start, start + rows_per_chunk)
-        args = (scores[rows], relevant_index[rows], relevant_mask[rows], valid[rows], relevant_valid[rows], tau)
-        if torch.is_grad_enabled() and scores.requires_grad:
-            out = checkpoint(_chunk_ranks, *args, use_reentrant=False)
-        else:
-            out = _chunk_ranks(*args)
-        ranks_all.append(out[0])
-        ranks_rel.append(out[1])
+        parts = []
+        for first in range(0, count, per_slice):
+            items = slice(first, first + per_slice)
+            args = (scores[rows], relevant_index[rows, items], relevant_mask[rows, items], valid[rows],
+                    relevant_valid[rows], tau)  # fmt: skip
+            if torch.is_grad_enabled() and scores.requires_grad:
+                parts.append(checkpoint(_chunk_ranks, *args, use_reentrant=False))
+            else:
+                parts.append(_chunk_ranks(*args))
+        ranks_all.append(torch.cat([part[0] for part in parts], dim=-1))
+        ranks_rel.append(torch.cat([part[1] for part in parts], dim=-1))
     return torch.cat(ranks_all), torch.cat(ranks_rel), relevant_mask
