@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 GENERATED = ("results", "figures/out", "data", "dvc.lock", "params.yaml")  # made by the pipeline, not copied
@@ -74,8 +76,6 @@ def write_stand_ins(folder: Path) -> list[Path]:
 
 def filled_cells(repo: Path) -> tuple[int, list[str]]:
     """How many table cells have a value, and the runs the profile's tables name that fill none."""
-    import yaml
-
     named = set(yaml.safe_load((repo / "params.yaml").read_text())["tables"]["runs"].values())
     filled, used = 0, set()
     for path in sorted((repo / "results" / "tables").glob("table*.json")):

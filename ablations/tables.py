@@ -38,18 +38,24 @@ def read_metric(task: str, metrics: dict, metric: str) -> float:
     return 100.0 * float(source[metric])
 
 
+def run_values(runs: Path, task: str, experiment: str, seeds: list[int], metric: str) -> list[float]:
+    """``metric`` (percent) of ``experiment`` for each seed; a missing run is an error."""
+    values = []
+    for seed in seeds:
+        path = runs / task / experiment / f"seed{seed}" / "metrics.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"missing run {task}/{experiment} seed {seed}: {path}")
+        values.append(read_metric(task, json.loads(path.read_text()), metric))
+    return values
+
+
 def collect_cell(cell: Cell, runs: Path, run_map: dict, seeds: list[int]) -> dict:
     experiment = run_map.get(f"{cell.task}/{cell.dataset}/{cell.method}")
     result = {"dataset": cell.dataset, "method": cell.method, "experiment": experiment, "metric": cell.metric,
               "paper": cell.paper}  # fmt: skip
     if experiment is None:
         return {**result, "status": "not run in this profile"}
-    values = []
-    for seed in seeds:
-        path = runs / cell.task / experiment / f"seed{seed}" / "metrics.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"missing run {cell.task}/{experiment} seed {seed}: {path}")
-        values.append(read_metric(cell.task, json.loads(path.read_text()), cell.metric))
+    values = run_values(runs, cell.task, experiment, seeds, cell.metric)
     return {
         **result, "status": "ok", "values": values, "mean": statistics.fmean(values),
         "std": statistics.stdev(values) if len(values) > 1 else 0.0,
@@ -129,8 +135,7 @@ def main(argv: list[str] | None = None) -> None:
                 if cell["status"] == "ok":
                     summary[f"{table.key}/{row['label']}/{column}"] = round(cell["mean"], 2)
     def read_values(task: str, experiment: str, metric: str) -> list[float]:
-        paths = [args.runs / task / experiment / f"seed{seed}" / "metrics.json" for seed in seeds]
-        return [read_metric(task, json.loads(path.read_text()), metric) for path in paths]
+        return run_values(args.runs, task, experiment, seeds, metric)
 
     claims = evaluate_claims(read_values, run_map) + (minibatch_bias_claims(args.figure2) if args.figure2 else [])
     claims_text = claims_markdown(claims, profile, seeds)

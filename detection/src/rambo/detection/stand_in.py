@@ -33,7 +33,6 @@ CLI: ``python -m rambo.detection.stand_in OUT_DIR [--seed N]`` prints the paths 
 
 from __future__ import annotations
 
-import argparse
 import io
 import math
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from xml.etree import ElementTree as ET
 import numpy as np
 from PIL import Image
 
-from rambo.harness.archive_writer import write_tar
+from rambo.harness.archive_writer import stand_in_main, write_tar
 
 from .download import ARCHIVES
 from .synthetic import (
@@ -292,18 +291,9 @@ def write_archives(out_dir: Path | str, seed: int = 0) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m rambo.detection.stand_in",
-        description="Write small stand-ins of the Pascal VOC 2007 / 2012 tars (official format and layout).",
-    )
-    parser.add_argument("out_dir", type=Path, help="folder to write the tars into (created)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    if args.seed < 0:
-        parser.error(f"--seed must be >= 0, got {args.seed}")
-    for path in write_archives(args.out_dir, args.seed):
-        print(path)
-    return 0
+    return stand_in_main("python -m rambo.detection.stand_in",
+                         "Write small stand-ins of the Pascal VOC 2007 / 2012 tars (official format and layout).",
+                         write_archives, argv)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -4,10 +4,12 @@ what a mirror's MD5SUMS lists, so they must not change from one run to the next)
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import io
 import tarfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from .atomic import atomic_path
@@ -54,3 +56,17 @@ def write_tar(path: Path, files: dict[str, bytes], mtime: int, gzipped: bool = F
         if gzipped:
             stream.close()
     return path
+
+
+def stand_in_main(prog: str, description: str, write_archives: Callable[[Path, int], list[Path]],
+                  argv: list[str] | None = None) -> int:  # fmt: skip
+    """The command line of an app's stand-in archives: ``prog OUT_DIR [--seed N]``, prints each path."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("out_dir", type=Path, help="folder to write the archives into (created)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.seed < 0:
+        parser.error(f"--seed must be >= 0, got {args.seed}")
+    for path in write_archives(args.out_dir, args.seed):
+        print(path)
+    return 0

@@ -40,7 +40,6 @@ CLI: ``python -m rambo.retrieval.datasets.stand_in OUT_DIR [--seed N]`` prints t
 
 from __future__ import annotations
 
-import argparse
 import io
 import colorsys
 from collections.abc import Callable
@@ -50,10 +49,11 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from rambo.harness.archive_writer import write_tar, write_zip
+from rambo.harness.archive_writer import stand_in_main, write_tar, write_zip
 from rambo.harness.atomic import atomic_path
 
 from .download import DATASETS
+from .synthetic import SHAPE_FAMILIES, shape_mask
 
 __all__ = ["IMAGE_SIZE", "cub_files", "inshop_files", "main", "sop_files", "write_archives"]
 
@@ -88,7 +88,7 @@ _CUB_MTIME = 1306886400  # 2011-06-01 00:00 UTC
 # Images
 # ---------------------------------------------------------------------------------------------
 
-SHAPES = ("ellipse", "box", "diamond", "triangle", "cross", "ring")
+SHAPES = SHAPE_FAMILIES[:6]  # the synthetic set's shapes (its shape_mask draws them)
 
 
 @dataclass(frozen=True)
@@ -123,22 +123,6 @@ def _rgb(hsv, rng: np.random.Generator | None = None) -> np.ndarray:
     return np.array(colorsys.hsv_to_rgb(hue % 1.0, min(max(saturation, 0.0), 1.0), min(max(value, 0.0), 1.0)))
 
 
-def _inside(shape: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    radius = np.hypot(u, v)
-    name = SHAPES[shape]
-    if name == "ellipse":
-        return radius < 1.0
-    if name == "box":
-        return np.maximum(np.abs(u), np.abs(v)) < 0.85
-    if name == "diamond":
-        return np.abs(u) + np.abs(v) < 1.1
-    if name == "triangle":  # apex up
-        return (v < 0.85) & (np.abs(u) < (v + 1.0) * 0.5)
-    if name == "cross":
-        return ((np.abs(u) < 0.35) & (np.abs(v) < 1.0)) | ((np.abs(v) < 0.35) & (np.abs(u) < 1.0))
-    return (radius < 1.0) & (radius > 0.5)  # ring
-
-
 def render(
     look: Look, rng: np.random.Generator, size: tuple[int, int] = IMAGE_SIZE
 ) -> tuple[np.ndarray, tuple[int, int, int, int]]:
@@ -158,7 +142,7 @@ def render(
     cx, cy = rng.uniform(-0.15, 0.15, size=2)
     u = ((x - cx) * np.cos(theta) + (y - cy) * np.sin(theta)) / scale
     v = (-(x - cx) * np.sin(theta) + (y - cy) * np.cos(theta)) / scale
-    inside = _inside(look.shape, u, v)
+    inside = shape_mask(look.shape, u, v)
     striped = inside & (np.sin(2 * np.pi * (u * np.cos(look.angle) + v * np.sin(look.angle)) / look.period) > 0)
     image[inside] = _rgb(look.body, rng)
     image[striped] = _rgb(look.stripes, rng)
@@ -313,18 +297,9 @@ def write_archives(out_dir: Path | str, seed: int = 0) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m rambo.retrieval.datasets.stand_in",
-        description="Write small stand-ins of the CUB, SOP and In-shop downloads (official formats and layouts).",
-    )
-    parser.add_argument("out_dir", type=Path, help="folder to write the archives into (created)")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    if args.seed < 0:
-        parser.error(f"--seed must be >= 0, got {args.seed}")
-    for path in write_archives(args.out_dir, args.seed):
-        print(path)
-    return 0
+    return stand_in_main("python -m rambo.retrieval.datasets.stand_in",
+                         "Write small stand-ins of the CUB, SOP and In-shop downloads (official formats and layouts).",
+                         write_archives, argv)  # fmt: skip
 
 
 if __name__ == "__main__":
