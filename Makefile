@@ -16,7 +16,7 @@ PROFILE ?= mini
 BENCH_ARGS ?=
 FORCE_PROFILE ?=
 
-.PHONY: help install test test-slow test-mmdet bench reproduce paper-smoke figures tables
+.PHONY: help install test test-slow test-mmdet bench gpu-check reproduce paper-smoke figures tables
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -48,6 +48,9 @@ test-mmdet: $(MMDET_STAMP) ## the mmdetection plugin's tests (mmdet's registry a
 
 bench: install ## AP-loss speed benchmark vs the reference algorithm and one float32 sort (BENCH_ARGS="--with-1e8 --device cuda")
 	$(PY) -m rambo.core.benchmark --out core/benchmarks/ap_loss.json --markdown core/benchmarks/ap_loss.md $(BENCH_ARGS)
+
+gpu-check: install ## the project on one GPU in minutes (core tests on CUDA, rank losses 1e5-1e8 beside the paper's V100, CPU/GPU identical ranks, paper-profile training steps, Recall@K at SOP scale): benchmarks/gpu_check.md; toy sizes on the CPU when there is no GPU
+	$(PY) benchmarks/gpu_check.py
 
 reproduce: install ## run the pipeline: PROFILE=mini (default; CPU, synthetic data) or PROFILE=paper (GPUs, real data); FORCE_PROFILE=1 discards local edits of params.yaml
 	$(PY) ablations/set_profile.py $(PROFILE) $(if $(FORCE_PROFILE),--force)

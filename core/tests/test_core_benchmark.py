@@ -7,7 +7,7 @@ from rambo.core.ap_loss import APLoss
 
 
 def test_reference_algorithm_and_ours_agree_on_tie_free_input():
-    check = benchmark.compare_with_reference(5000, torch.device("cpu"))
+    check = benchmark.compare_with_reference(5000, torch.get_default_device())
     assert check["loss_abs_diff"] < 1e-6
     assert check["grad_entries_differing"] == 0
 

@@ -23,7 +23,7 @@ def test_bad_factors_are_refused(factor):
 
 def test_on_the_scores_it_weights_a_rank_loss_without_changing_lambda():
     """w * loss would perturb by w * lam * dL/drank (Alg. 1), i.e. run at lambda w * lam."""
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator(torch.get_default_device()).manual_seed(0)
     embeddings = torch.nn.functional.normalize(torch.randn(32, 8, generator=generator, dtype=torch.float64), dim=1)
     labels = torch.arange(8).repeat_interleave(4)
     scores, relevant = pairwise_scores(embeddings, labels)

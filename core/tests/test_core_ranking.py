@@ -117,5 +117,7 @@ def test_bad_input_is_named(scores, lam, message):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cpu_and_gpu_break_ties_identically():
-    scores = torch.randint(-3, 3, (8, 1000)).float()
-    assert torch.equal(exact_rank(scores), exact_rank(scores.cuda()).cpu())
+    scores = torch.randint(-3, 3, (8, 1000), device="cpu").float()
+    scores[0, :10] = -0.0  # both zeros tie
+    for rows in (scores, scores[:1]):  # the several-rows key and the one-row key
+        assert torch.equal(exact_rank(rows), exact_rank(rows.cuda()).cpu())

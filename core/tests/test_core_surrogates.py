@@ -93,7 +93,7 @@ def test_one_long_row_is_computed_in_blocks_of_bounded_size(monkeypatch):
         return original(scores, relevant_index, *rest)
 
     monkeypatch.setattr(sigmoid_rank, "_chunk_ranks", spy)
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator(torch.get_default_device()).manual_seed(0)
     scores = torch.rand(1, 5000, generator=generator, dtype=torch.float64)
     relevant = torch.rand(1, 5000, generator=generator) < 0.05
     chunked = sigmoid_ranks_of_relevant(scores, relevant, 0.05, chunk_elements=20_000)
@@ -145,11 +145,11 @@ def test_simix_mixes_similarities_and_excludes_shared_sources():
     torch.manual_seed(0)
     embeddings = torch.randn(6, 5, dtype=torch.float64)
     labels = torch.tensor([0, 0, 0, 1, 1, 2])
-    simix = SiMix(RecallAtKSurrogate(), mixes=4, generator=torch.Generator().manual_seed(1))
+    simix = SiMix(RecallAtKSurrogate(), mixes=4, generator=torch.Generator(torch.get_default_device()).manual_seed(1))
     scores, relevant, valid = simix.mixed_batch(embeddings, labels)
     assert scores.shape == (10, 10)
     # Recover each mix's sources and weight from the same generator draws.
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator(torch.get_default_device()).manual_seed(1)
     pairs = (labels.unsqueeze(1) == labels.unsqueeze(0)).triu(1).nonzero()
     chosen = pairs[torch.randint(len(pairs), (4,), generator=g)]
     weights = torch.rand(4, 1, generator=g, dtype=torch.float64)

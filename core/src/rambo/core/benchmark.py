@@ -91,8 +91,8 @@ def _loss_and_grad(loss_fn, scores, relevant):
 def compare_with_reference(n: int, device: torch.device, seed: int = 0) -> dict:
     """Loss and gradient of ours vs the reference on tie-free scores (a permutation of 0..n-1)."""
     generator = torch.Generator().manual_seed(seed)
-    scores = torch.randperm(n, generator=generator).to(torch.float32).view(1, n).to(device)
-    relevant = (torch.rand(1, n, generator=generator) < RELEVANT_FRACTION).to(device)
+    scores = torch.randperm(n, generator=generator, device="cpu").to(torch.float32).view(1, n).to(device)
+    relevant = (torch.rand(1, n, generator=generator, device="cpu") < RELEVANT_FRACTION).to(device)
     ours = _loss_and_grad(APLoss(MARGIN, LAM), scores, relevant)
     ref = _loss_and_grad(lambda s, r: reference_ap_loss(s, r, MARGIN, LAM), scores, relevant)
     return {
@@ -105,8 +105,8 @@ def compare_with_reference(n: int, device: torch.device, seed: int = 0) -> dict:
 def benchmark_size(n: int, device: torch.device, repeats: int, with_reference: bool, seed: int = 0) -> dict:
     """Median forward+backward time (ms) of ours, the reference and one float32 sort at length n."""
     generator = torch.Generator().manual_seed(seed)
-    scores = torch.randn(1, n, generator=generator).to(device)
-    relevant = (torch.rand(1, n, generator=generator) < RELEVANT_FRACTION).to(device)
+    scores = torch.randn(1, n, generator=generator, device="cpu").to(device)
+    relevant = (torch.rand(1, n, generator=generator, device="cpu") < RELEVANT_FRACTION).to(device)
     ours_loss = APLoss(MARGIN, LAM)
     row = {"n": n, "device": device.type}
     row["ours_ms"] = _median_ms(lambda: _loss_and_grad(ours_loss, scores, relevant), device, repeats)

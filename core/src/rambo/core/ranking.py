@@ -131,7 +131,10 @@ class BlackboxRank(torch.autograd.Function):
     def backward(ctx, grad_ranks: torch.Tensor, _grad_integer_ranks: torch.Tensor | None = None):  # noqa: D102
         scores, ranks = ctx.saved_tensors
         compute_dtype = torch.promote_types(scores.dtype, torch.float32)
-        perturbed = torch.add(scores.detach().to(compute_dtype), grad_ranks.to(compute_dtype), alpha=ctx.lam_raw)
+        # y + lam * dL/drank as two separately rounded operations, never one fused multiply-add
+        # (which a GPU kernel may use, and a CPU kernel may not): the perturbed scores, hence the
+        # ranks of the backward pass, are then the same bits on every device.
+        perturbed = grad_ranks.to(compute_dtype).mul(ctx.lam_raw).add_(scores.detach().to(compute_dtype))
         ranks_perturbed = exact_rank(perturbed)
         # Alg. 1: -(rank(y) - rank(y_lam)) / lam, the difference taken exactly in integers.
         grad_scores = ranks_perturbed.sub_(ranks).to(compute_dtype).div_(ctx.lam_raw)

@@ -40,9 +40,12 @@ class SiMix(torch.nn.Module):
         items, item_labels = unit, labels
         if self.training and pairs.shape[0] and (self.mixes is None or self.mixes > 0):
             mixes = b if self.mixes is None else self.mixes
-            pick = torch.randint(pairs.shape[0], (mixes,), generator=self.generator).to(pairs.device)
+            # Drawn where the generator lives (the global CPU generator when none is given), whatever
+            # torch's default device: the same draws on the CPU and on a GPU.
+            draw_on = self.generator.device if self.generator is not None else torch.device("cpu")
+            pick = torch.randint(pairs.shape[0], (mixes,), generator=self.generator, device=draw_on).to(pairs.device)
             chosen = pairs[pick]
-            weight = torch.rand(mixes, 1, generator=self.generator, dtype=unit.dtype).to(unit.device)
+            weight = torch.rand(mixes, 1, generator=self.generator, dtype=unit.dtype, device=draw_on).to(unit.device)
             mixed = weight * unit[chosen[:, 0]] + (1 - weight) * unit[chosen[:, 1]]
             items = torch.cat([unit, mixed])
             item_labels = torch.cat([labels, labels[chosen[:, 0]]])

@@ -1,0 +1,499 @@
+"""``make gpu-check``: the project on one GPU, in a few minutes, as one prepared script.
+
+    python benchmarks/gpu_check.py                 # a GPU when torch sees one, else toy sizes on the CPU
+    python benchmarks/gpu_check.py --toy           # toy sizes (what the test runs)
+    python benchmarks/gpu_check.py --sections rank_losses detection_step --out-dir /tmp/check
+
+Sections (each one runs even when an earlier one failed; a failure is reported, never hidden):
+
+* ``core_tests``: the core test suite on the device (``RAMBO_TEST_DEVICE``, see core/tests/conftest.py);
+* ``rank_losses``: AP loss and recall loss forward+backward at 1e5 ... 1e8 elements beside the
+  paper's Table 6 V100 row, plus the 320k-element sequence of its detection runs ("< 5 ms");
+* ``ranks_identical``: ranks, AP-loss and recall-loss gradients on the device bit-identical to the
+  CPU on the same input, ties (and -0.0 / +0.0) included, one row and several rows;
+* ``retrieval_step``: training steps of the paper profile (ResNet-50, 224 px, batch 128, RaMBO
+  recall log with the batch memory; ``experiment=sop_log profile=paper``), images/s, peak memory;
+* ``recall_k_step``: the two-pass Recall@k surrogate with SiMix at batch 4,000
+  (``experiment=sop_recallk_simix profile=paper``), images/s, peak memory;
+* ``recall_at_k_eval``: Recall@K at Stanford Online Products scale (60,502 x 512) through the
+  project's evaluation (faiss; on the GPU when faiss-gpu sees one) beside an exact k-NN written
+  in torch on the device;
+* ``detection_step``: Faster R-CNN R-50 FPN training steps of the paper config (batch 8, VOC
+  sized images, ``experiment=table5_r50_voc07_{rambo,ce}``), images/s, peak memory, and the
+  RoI classifier loss alone at that size with its memory full.
+
+The training steps go through the apps' own code: configs composed by Hydra from the packages'
+``configs/``, ``build_model``/``build_detector``, and each engine's ``train_one_epoch`` fed with
+prepared batches (random images: the weights are untrained, the data is not what is measured).
+Writes ``gpu_check.json`` (after every section) and ``gpu_check.md`` to ``--out-dir``
+(default: ``benchmarks/`` on a GPU, ``build/gpu-check/`` otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SECTIONS = ("core_tests", "rank_losses", "ranks_identical", "retrieval_step", "recall_k_step", "recall_at_k_eval",
+            "detection_step")  # fmt: skip
+# Paper Table 6, Tesla V100, AP loss forward+backward (ms); Sec. 5.2: "< 5 ms" at 320k elements.
+PAPER_V100_MS = {10**5: 1.3, 10**6: 7.0, 10**7: 61.0, 10**8: 620.0}
+DETECTION_SEQUENCE = 320_000
+PAPER_DETECTION_MS = 5.0
+MARGIN, LAM, RELEVANT_FRACTION = 0.1, 0.5, 0.01
+
+
+class Sizes:
+    """Problem sizes of a full check (on a GPU) and of a toy one (the CPU, the test)."""
+
+    def __init__(self, toy: bool):
+        self.toy = toy
+        self.loss_lengths = [10**3, 10**4] if toy else [10**5, 10**6, 10**7, 10**8]
+        self.detection_sequence = 3_200 if toy else DETECTION_SEQUENCE
+        self.repeats = 2 if toy else 10
+        self.identical_lengths = (2_000, (4, 500)) if toy else (10**6, (64, 8_192))
+        self.retrieval = dict(batch=8, image_size=32, steps=2) if toy else dict(batch=128, image_size=224, steps=6)
+        self.recall_k = dict(batch=16, chunk=4, image_size=32, steps=1) if toy else dict(batch=4000, chunk=250, image_size=224, steps=2)
+        self.eval = dict(n=2_000, dim=32) if toy else dict(n=60_502, dim=512)
+        self.detection = dict(batch=2, height=48, width=64, min_size=64, max_size=96, steps=2) if toy else \
+            dict(batch=8, height=375, width=500, min_size=600, max_size=1000, steps=6)  # fmt: skip
+        self.core_tests = ["core/tests/test_core_ranking.py"] if toy else ["core/tests"]
+
+
+# ----------------------------------------------------------------------------------------------- timing
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_ms(run, device: torch.device, repeats: int) -> float:
+    """Median wall time of ``run()`` in ms after one warm-up, synchronised on a GPU."""
+    run()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        started = time.perf_counter()
+        run()
+        synchronize(device)
+        times.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times)
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gib(device: torch.device) -> float | None:
+    """Peak memory allocated by torch on the GPU since the last reset (None on the CPU)."""
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+
+
+# ----------------------------------------------------------------------------------------------- sections
+
+
+def core_tests(device: torch.device, sizes: Sizes) -> dict:
+    """The core test suite with ``RAMBO_TEST_DEVICE`` set to the device; counts from pytest's summary."""
+    env = {**os.environ, "RAMBO_TEST_DEVICE": str(device), "PYTHONDONTWRITEBYTECODE": "1"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", *sizes.core_tests]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    output = done.stdout + done.stderr
+    summary = output.strip().splitlines()[-1] if output.strip() else ""
+    counts = {word: int(number) for number, word in re.findall(r"(\d+) (passed|failed|skipped|errors?)", summary)}
+    failures = [line for line in output.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    return {"device": str(device), "exit_code": done.returncode, "summary": summary, "counts": counts,
+            "failures": failures[:50], "output_tail": output[-6000:] if done.returncode else "",
+            "ok": done.returncode == 0}  # fmt: skip
+
+
+def _loss_fwd_bwd(loss_fn, scores: torch.Tensor, relevant: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    leaf = scores.detach().clone().requires_grad_(True)
+    value = loss_fn(leaf, relevant)
+    value.backward()
+    return value.detach(), leaf.grad
+
+
+def _random_row(n: int, device: torch.device, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.randn(1, n, generator=generator, device="cpu")
+    relevant = torch.rand(1, n, generator=generator, device="cpu") < RELEVANT_FRACTION
+    relevant[0, 0] = True
+    return scores.to(device), relevant.to(device)
+
+
+def rank_losses(device: torch.device, sizes: Sizes) -> dict:
+    """AP and recall loss forward+backward per length, one float32 sort beside them, paper V100 row."""
+    from rambo.core import APLoss, RecallLoss
+
+    losses = {"ap": APLoss(MARGIN, LAM), "recall": RecallLoss(MARGIN, LAM, weighting="log")}
+    rows = []
+    for n in [*sizes.loss_lengths, sizes.detection_sequence]:
+        scores, relevant = _random_row(n, device)
+        repeats = max(2, sizes.repeats // 3) if n >= 10**8 else sizes.repeats
+        reset_peak(device)
+        row = {"n": n, "detection_sequence": n == sizes.detection_sequence}
+        for name, loss_fn in losses.items():
+            row[f"{name}_ms"] = median_ms(lambda: _loss_fwd_bwd(loss_fn, scores, relevant), device, repeats)
+        flat = scores.view(-1)
+        row["sort_ms"] = median_ms(lambda: torch.sort(flat), device, repeats)
+        row["peak_gib"] = peak_gib(device)
+        row["paper_v100_ms"] = PAPER_DETECTION_MS if row["detection_sequence"] else PAPER_V100_MS.get(n)
+        rows.append(row)
+        print(f"  n={n:.1e}: AP {row['ap_ms']:.2f} ms, recall {row['recall_ms']:.2f} ms, sort {row['sort_ms']:.2f} ms",
+              flush=True)  # fmt: skip
+        del scores, relevant, flat
+    return {"rows": rows, "repeats": sizes.repeats, "margin": MARGIN, "lam": LAM, "relevant_fraction": RELEVANT_FRACTION,
+            "ok": True}  # fmt: skip
+
+
+def _tied_scores(shape, seed: int) -> torch.Tensor:
+    """Scores with many exact ties, and both zeros (which tie)."""
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.randint(-50, 50, shape, generator=generator, device="cpu").float() / 8
+    scores.view(-1)[: shape[-1] // 10] = -0.0
+    return scores
+
+
+def _with_incoming_gradient(run):
+    """``(run(), dL/drank as the blackbox backward received it, on the CPU)``."""
+    from rambo.core.ranking import BlackboxRank
+
+    original = BlackboxRank.backward
+    received = []
+
+    def backward(ctx, grad_ranks, *rest):
+        received.append(grad_ranks.detach().cpu().clone())
+        return original(ctx, grad_ranks, *rest)
+
+    BlackboxRank.backward = staticmethod(backward)
+    try:
+        result = run()
+    finally:
+        BlackboxRank.backward = staticmethod(original)
+    return result, received[0]
+
+
+def ranks_identical(device: torch.device, sizes: Sizes) -> dict:
+    """Ranks and loss gradients on the device equal the CPU's, bit for bit, on tied input."""
+    from rambo.core import APLoss, RecallLoss, exact_rank
+
+    one_row, several = sizes.identical_lengths
+    cases = []
+    for label, shape in (("one row", (1, one_row)), ("several rows", several)):
+        scores = _tied_scores(shape, seed=len(cases))
+        relevant = torch.rand(shape, generator=torch.Generator().manual_seed(7), device="cpu") < 0.05
+        relevant[:, 0] = True
+        case = {"case": label, "shape": list(shape), "ties": int(scores.numel() - scores.unique().numel())}
+        case["ranks_equal"] = torch.equal(exact_rank(scores), exact_rank(scores.to(device)).cpu())
+        for name, loss_fn in (("ap", APLoss(MARGIN, LAM)), ("recall", RecallLoss(MARGIN, LAM, weighting="log"))):
+            (value_cpu, grad_cpu), incoming_cpu = _with_incoming_gradient(lambda: _loss_fwd_bwd(loss_fn, scores, relevant))
+            (value_dev, grad_dev), incoming_dev = _with_incoming_gradient(
+                lambda: _loss_fwd_bwd(loss_fn, scores.to(device), relevant.to(device)))
+            case[f"{name}_gradient_equal"] = torch.equal(grad_cpu, grad_dev.cpu())
+            case[f"{name}_gradient_entries_differing"] = int((grad_cpu != grad_dev.cpu()).sum())
+            # dL/drank reaching the blackbox: where a difference starts, if there is one
+            case[f"{name}_incoming_gradient_equal"] = torch.equal(incoming_cpu, incoming_dev)
+            case[f"{name}_loss_difference"] = float((value_cpu - value_dev.cpu()).abs())
+        cases.append(case)
+    ok = all(c["ranks_equal"] and c["ap_gradient_equal"] and c["recall_gradient_equal"] for c in cases)
+    return {"compared": f"cpu vs {device}", "cases": cases, "ok": ok}
+
+
+def compose(app: str, overrides: list[str]):
+    """The app's training config (``rambo.<app>``'s ``configs/train.yaml``) with ``overrides``."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    package = __import__(f"rambo.{app}", fromlist=["train"])
+    config_dir = Path(package.__file__).parent / "configs"
+    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+        return hydra_compose(config_name="train", overrides=overrides)
+
+
+def _retrieval_steps(device: torch.device, overrides: list[str], batch: int, image_size: int, steps: int,
+                     chunk: int | None) -> dict:  # fmt: skip
+    """``steps`` timed training steps (after one warm-up) of the retrieval engine on random images."""
+    from hydra.utils import instantiate
+
+    from rambo.retrieval.engine import train_one_epoch
+    from rambo.retrieval.model import build_model
+    from rambo.retrieval.train import build_optimizer
+
+    cfg = compose("retrieval", [*overrides, "model.pretrained=false", f"image_size={image_size}", f"batch_size={batch}"])
+    torch.manual_seed(0)
+    model = build_model(cfg.model).to(device)
+    optimizer = build_optimizer(cfg, model)
+    loss_fn = instantiate(cfg.loss.module).to(device)
+    per_class = int(cfg.data.sampler.samples_per_class)
+    images = torch.randn(batch, 3, image_size, image_size, device=device)
+    labels = torch.arange(batch, device=device) // per_class
+    batches = [(images, labels, None)]
+    chunk = chunk if chunk is not None else cfg.get("two_pass_chunk_size")
+    train_one_epoch(model, batches, loss_fn, optimizer, device, chunk)  # warm-up (cuDNN autotune, memory)
+    reset_peak(device)
+    synchronize(device)
+    started = time.perf_counter()
+    train_one_epoch(model, batches * steps, loss_fn, optimizer, device, chunk)
+    synchronize(device)
+    seconds = time.perf_counter() - started
+    return {"overrides": overrides, "backbone": cfg.model.backbone, "loss": cfg.loss.name, "batch": batch,
+            "image_size": image_size, "two_pass_chunk_size": chunk, "steps": steps, "seconds_per_step": seconds / steps,
+            "images_per_second": batch * steps / seconds, "peak_gib": peak_gib(device), "ok": True}  # fmt: skip
+
+
+def retrieval_step(device: torch.device, sizes: Sizes) -> dict:
+    s = sizes.retrieval
+    return _retrieval_steps(device, ["experiment=sop_log", "profile=paper"], s["batch"], s["image_size"], s["steps"], None)
+
+
+def recall_k_step(device: torch.device, sizes: Sizes) -> dict:
+    s = sizes.recall_k
+    return _retrieval_steps(device, ["experiment=sop_recallk_simix", "profile=paper"], s["batch"], s["image_size"],
+                            s["steps"], s["chunk"])  # fmt: skip
+
+
+def _torch_recall_at_k(embeddings: torch.Tensor, labels: torch.Tensor, ks: list[int], rows: int = 4096) -> dict:
+    """Exact same-set Recall@K in torch (query masked out), for the device's own k-NN time."""
+    unit = torch.nn.functional.normalize(embeddings, dim=1)
+    k_max = max(ks)
+    hits = torch.zeros(len(ks), device=embeddings.device)
+    for start in range(0, unit.shape[0], rows):
+        block = unit[start : start + rows] @ unit.T
+        block[torch.arange(block.shape[0], device=block.device), torch.arange(start, start + block.shape[0], device=block.device)] = -float("inf")
+        neighbours = block.topk(k_max, dim=1).indices
+        same = labels[neighbours] == labels[start : start + rows, None]
+        for i, k in enumerate(ks):
+            hits[i] += same[:, :k].any(1).sum()
+    return {k: float(h) / unit.shape[0] for k, h in zip(ks, hits.tolist())}
+
+
+def recall_at_k_eval(device: torch.device, sizes: Sizes) -> dict:
+    """The project's Recall@K (faiss) at SOP scale, beside an exact top-k in torch on the device."""
+    from rambo.retrieval.evaluate import import_faiss, recall_at_k
+
+    faiss = import_faiss()
+    n, dim, ks = sizes.eval["n"], sizes.eval["dim"], [1, 10, 100, 1000]
+    generator = torch.Generator().manual_seed(0)
+    embeddings = torch.nn.functional.normalize(torch.randn(n, dim, generator=generator, device="cpu"), dim=1)
+    labels = torch.randperm(n, generator=generator, device="cpu") % max(1, n // 5)  # ~5 images per class, as SOP's test split
+    started = time.perf_counter()
+    ours = recall_at_k(embeddings, labels, ks)
+    faiss_seconds = time.perf_counter() - started
+    on_device = embeddings.to(device), labels.to(device)
+    _torch_recall_at_k(*on_device, ks)  # warm-up
+    synchronize(device)
+    started = time.perf_counter()
+    torch_recall = _torch_recall_at_k(*on_device, ks)
+    synchronize(device)
+    torch_seconds = time.perf_counter() - started
+    agree = all(abs(ours[k] - torch_recall[k]) <= 1.0 / n + 1e-9 for k in ks)
+    return {"n": n, "dim": dim, "ks": ks, "faiss_gpus": int(faiss.get_num_gpus()), "faiss_threads": int(faiss.omp_get_max_threads()),
+            "faiss_seconds": faiss_seconds, "torch_device_seconds": torch_seconds, "recall": {str(k): ours[k] for k in ks},
+            "torch_recall": {str(k): torch_recall[k] for k in ks}, "agree": agree, "ok": agree}  # fmt: skip
+
+
+def _detection_batches(batch: int, height: int, width: int, seed: int = 0) -> list:
+    """One batch of random images with 1-4 random boxes each (labels 1..20, torchvision's convention)."""
+    generator = torch.Generator().manual_seed(seed)
+    images, targets = [], []
+    for _ in range(batch):
+        images.append(torch.rand(3, height, width, generator=generator, device="cpu"))
+        count = int(torch.randint(1, 5, (1,), generator=generator, device="cpu"))
+        corner = torch.rand(count, 2, generator=generator, device="cpu") * torch.tensor([width * 0.6, height * 0.6])
+        size = (0.2 + 0.2 * torch.rand(count, 2, generator=generator, device="cpu")) * torch.tensor([width, height])
+        targets.append({"boxes": torch.cat([corner, corner + size], 1),
+                        "labels": torch.randint(1, 21, (count,), generator=generator, device="cpu")})  # fmt: skip
+    return [(images, targets)]
+
+
+def _detection_steps(device: torch.device, experiment: str, s: dict) -> dict:
+    from rambo.detection.engine import train_one_epoch
+    from rambo.detection.model import build_detector
+
+    cfg = compose("detection", [f"experiment={experiment}", "model.pretrained=false", f"model.min_size={s['min_size']}",
+                                f"model.max_size={s['max_size']}"])  # fmt: skip
+    torch.manual_seed(0)
+    model = build_detector(cfg.model, cfg.loss, 20).to(device)
+    schedule = cfg.schedule
+    # The first iteration's learning rate of the paper schedule (warm-up from lr * warmup_ratio).
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=schedule.lr * schedule.warmup_ratio,
+                                momentum=schedule.momentum, weight_decay=schedule.weight_decay)  # fmt: skip
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda iteration: 1.0)
+    batches = _detection_batches(s["batch"], s["height"], s["width"])
+    flips = torch.Generator().manual_seed(0)
+    train_one_epoch(model, batches * 2, optimizer, scheduler, device, flips, 2)  # warm-up
+    reset_peak(device)
+    synchronize(device)
+    started = time.perf_counter()
+    _, images_seen = train_one_epoch(model, batches * s["steps"], optimizer, scheduler, device, flips, s["steps"])
+    synchronize(device)
+    seconds = time.perf_counter() - started
+    return {"experiment": experiment, "backbone": cfg.model.backbone, "batch": s["batch"],
+            "image": [s["height"], s["width"]], "resized_to": [s["min_size"], s["max_size"]], "steps": s["steps"],
+            "seconds_per_step": seconds / s["steps"], "images_per_second": images_seen / seconds, "peak_gib": peak_gib(device),
+            "rois_per_image": int(cfg.model.box_batch_size_per_image), "loss": dict(cfg.loss)}  # fmt: skip
+
+
+def _classifier_loss_ms(device: torch.device, experiment: str, rois: int, repeats: int) -> dict:
+    """The RoI classifier loss alone on ``[rois, 21]`` logits, its score memory full (tau batches)."""
+    from rambo.detection.model import build_classifier_loss
+
+    cfg = compose("detection", [f"experiment={experiment}"])
+    loss_fn = build_classifier_loss(cfg.loss, 20).to(device)
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(rois, 21, generator=generator, device="cpu").to(device)
+    labels = (torch.randint(0, 21, (rois,), generator=generator, device="cpu") * (torch.rand(rois, generator=generator, device="cpu") < 0.25)).to(device)
+    for _ in range(int(cfg.loss.get("tau", 0)) + 1):  # fill the memory
+        _loss_fwd_bwd(loss_fn, logits, labels)
+    ms = median_ms(lambda: _loss_fwd_bwd(loss_fn, logits, labels), device, repeats)
+    ranked = rois * 20 * (int(cfg.loss.get("tau", 0)) + 1)
+    return {"rois": rois, "elements_ranked_per_class_column_total": ranked, "ms": ms}
+
+
+def detection_step(device: torch.device, sizes: Sizes) -> dict:
+    s = sizes.detection
+    runs = [_detection_steps(device, experiment, s) for experiment in ("table5_r50_voc07_rambo", "table5_r50_voc07_ce")]
+    loss = _classifier_loss_ms(device, "table5_r50_voc07_rambo", s["batch"] * runs[0]["rois_per_image"], sizes.repeats)
+    return {"runs": runs, "classifier_loss": loss, "paper_ms": PAPER_DETECTION_MS, "ok": True}
+
+
+# ----------------------------------------------------------------------------------------------- report
+
+
+def _ms(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1e3:.2f} s" if value >= 1e3 else f"{value:.2f} ms"
+
+
+def _gib(value) -> str:
+    return "-" if value is None else f"{value:.2f} GiB"
+
+
+def markdown(report: dict) -> str:
+    meta = report["meta"]
+    lines = [f"# GPU check ({'toy sizes' if meta['toy'] else 'full sizes'}) on {meta['device_name']}", ""]
+    if not meta["gpu_found"]:
+        lines += ["**No GPU was found**: the same code paths ran at toy sizes on the CPU. These numbers say "
+                  "nothing about GPU speed.", ""]  # fmt: skip
+    lines += [f"torch {meta['torch']}, Python {meta['python']}, {meta['date']}. Command: `{meta['command']}`.", ""]
+    status = report["sections"]
+    lines += ["| section | status |", "|---|---|"]
+    lines += [f"| {name} | {'ok' if value.get('ok') else 'FAILED: ' + value.get('error', 'see JSON').splitlines()[-1][:120]} |"
+              for name, value in status.items()]  # fmt: skip
+    lines.append("")
+    if "core_tests" in status and "summary" in status["core_tests"]:
+        tests = status["core_tests"]
+        lines += [f"Core test suite on `{tests['device']}`: {tests['summary']}", ""]
+        lines += [f"- {failure}" for failure in tests["failures"]]
+    losses = status.get("rank_losses", {})
+    if losses.get("rows"):
+        lines += ["## Rank losses, forward + backward (one row, 1 relevant in 100)", "",
+                  "| length | AP loss | recall loss (log) | one float32 sort | AP / sort | paper V100 (AP) | peak memory |",
+                  "|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for row in losses["rows"]:
+            label = f"{row['n']:.1e}" + (" (detection)" if row["detection_sequence"] else "")
+            paper = ("< " if row["detection_sequence"] else "") + _ms(row["paper_v100_ms"]) if row["paper_v100_ms"] else "-"
+            lines.append(f"| {label} | {_ms(row['ap_ms'])} | {_ms(row['recall_ms'])} | {_ms(row['sort_ms'])} | "
+                         f"{row['ap_ms'] / row['sort_ms']:.2f} | {paper} | {_gib(row['peak_gib'])} |")  # fmt: skip
+        lines.append("")
+    same = status.get("ranks_identical", {})
+    if same.get("cases"):
+        lines += [f"## Ranks and gradients, {same['compared']}, tied input", "",
+                  "| case | shape | tied items | ranks equal | AP gradient equal | recall gradient equal |",
+                  "|---|---|---:|---|---|---|"]  # fmt: skip
+        for case in same["cases"]:
+            lines.append(f"| {case['case']} | {case['shape']} | {case['ties']} | {case['ranks_equal']} | "
+                         f"{case['ap_gradient_equal']} | {case['recall_gradient_equal']} |")  # fmt: skip
+        lines.append("")
+    steps = [status[name] for name in ("retrieval_step", "recall_k_step") if status.get(name, {}).get("ok")]
+    if steps:
+        lines += ["## Retrieval training steps (paper profile, random init)", "",
+                  "| config | backbone | batch | image | two-pass chunk | s / step | images / s | peak memory |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for step in steps:
+            lines.append(f"| `{' '.join(step['overrides'])}` | {step['backbone']} | {step['batch']} | {step['image_size']} px | "
+                         f"{step['two_pass_chunk_size'] or '-'} | {step['seconds_per_step']:.3f} | {step['images_per_second']:.0f} | "
+                         f"{_gib(step['peak_gib'])} |")  # fmt: skip
+        lines.append("")
+    evaluation = status.get("recall_at_k_eval", {})
+    if "faiss_seconds" in evaluation:
+        lines += [f"## Recall@K at {evaluation['n']:,} x {evaluation['dim']}", "",
+                  f"- the project's evaluation (faiss, {evaluation['faiss_gpus']} GPU(s) seen by faiss, "
+                  f"{evaluation['faiss_threads']} threads): {evaluation['faiss_seconds']:.2f} s",
+                  f"- exact top-k in torch on `{meta['device']}`: {evaluation['torch_device_seconds']:.2f} s",
+                  f"- Recall@K {evaluation['recall']}; both agree: {evaluation['agree']}", ""]  # fmt: skip
+    detection = status.get("detection_step", {})
+    if detection.get("runs"):
+        lines += ["## Detection training steps (Faster R-CNN FPN, random init)", "",
+                  "| experiment | backbone | batch | image -> resized | s / step | images / s | peak memory |",
+                  "|---|---|---:|---|---:|---:|---:|"]  # fmt: skip
+        for run in detection["runs"]:
+            lines.append(f"| {run['experiment']} | {run['backbone']} | {run['batch']} | {run['image'][0]}x{run['image'][1]} -> "
+                         f"{run['resized_to'][0]}-{run['resized_to'][1]} | {run['seconds_per_step']:.3f} | "
+                         f"{run['images_per_second']:.1f} | {_gib(run['peak_gib'])} |")  # fmt: skip
+        loss = detection["classifier_loss"]
+        lines += ["", f"RoI classifier loss alone (RaMBO, memory full), {loss['rois']} RoIs x 20 classes: "
+                      f"{_ms(loss['ms'])} forward+backward (paper: < {_ms(detection['paper_ms'])}).", ""]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--toy", action="store_true", help="toy sizes (default on a machine without a GPU)")
+    parser.add_argument("--device", default="auto", help="auto (cuda when torch sees one), cuda or cpu")
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--out-dir", type=Path)
+    args = parser.parse_args(argv)
+
+    gpu_found = torch.cuda.is_available()
+    device = torch.device(("cuda" if gpu_found else "cpu") if args.device == "auto" else args.device)
+    toy = args.toy or device.type != "cuda"
+    out_dir = args.out_dir or REPO / ("benchmarks" if device.type == "cuda" and not toy else "build/gpu-check")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not gpu_found:
+        print("no GPU found (torch.cuda.is_available() is False): running the same code paths at toy sizes on the CPU", flush=True)
+    sizes = Sizes(toy)
+    meta = {"toy": toy, "gpu_found": gpu_found, "device": str(device), "torch": torch.__version__,
+            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"),
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.machine()})",
+            "command": "python benchmarks/gpu_check.py " + " ".join(argv if argv is not None else sys.argv[1:])}  # fmt: skip
+    report = {"meta": meta, "sections": {}}
+    for name in args.sections:
+        print(f"[gpu-check] {name} ...", flush=True)
+        started = time.perf_counter()
+        try:
+            report["sections"][name] = globals()[name](device, sizes)
+        except Exception:  # a failing section is reported and the others still run
+            report["sections"][name] = {"ok": False, "error": traceback.format_exc()}
+            print(report["sections"][name]["error"], flush=True)
+        report["sections"][name]["seconds"] = time.perf_counter() - started
+        print(f"[gpu-check] {name}: {'ok' if report['sections'][name].get('ok') else 'FAILED'} "
+              f"({report['sections'][name]['seconds']:.1f} s)", flush=True)  # fmt: skip
+        (out_dir / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    table = markdown(report)
+    (out_dir / "gpu_check.md").write_text(table)
+    print(table)
+    print(f"written: {out_dir / 'gpu_check.json'}, {out_dir / 'gpu_check.md'}")
+    return report
+
+
+if __name__ == "__main__":
+    report = main()
+    sys.exit(0 if all(section.get("ok") for section in report["sections"].values()) else 1)
