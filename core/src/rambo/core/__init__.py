@@ -3,6 +3,7 @@
 Public API::
 
     rank(scores, lam)                          exact ranks, Alg. 1 backward
+    rank_items(scores, index, lam)             rank(scores, lam)[index], backward re-ranking only the moved items
     RecallLoss(margin, lam, weighting)         Eq. 16-20, loss(scores [Q, N], relevant [Q, N])
     APLoss(margin, lam)                        Eq. 21-22
     MAPLoss(margin, lam), APCLoss(margin, lam) Eq. 6/22 and Eq. 23, loss(scores [N, C], labels [N, C])
@@ -20,6 +21,7 @@ from . import metrics
 from .ap_loss import APLoss
 from .fast_ap import FastAPLoss
 from .gradient_scale import scale_gradient
+from .item_ranking import rank_items
 from .map_loss import APCLoss, MAPLoss
 from .margin import shift_by_margin
 from .pairwise import pairwise_scores
@@ -49,6 +51,7 @@ __all__ = [
     "metrics",
     "pairwise_scores",
     "rank",
+    "rank_items",
     "rank_within_relevant",
     "scale_gradient",
     "shift_by_margin",

@@ -29,7 +29,7 @@ class APLoss(RankLoss):
         rows, ranks, ranks_relevant = ranks_of_relevant_items(scores, relevant, self.margin, self.lam)
         precision = ranks_relevant / ranks  # Eq. 21, one entry per relevant item
         sum_of_precisions = ranks.new_zeros(scores.shape[0]).index_add(0, rows, precision)
-        return 1.0 - sum_of_precisions / relevant.sum(dim=-1).clamp(min=1)
+        return 1.0 - sum_of_precisions / torch.bincount(rows, minlength=scores.shape[0]).clamp(min=1)  # relevant per row
 
     def extra_repr(self) -> str:
         return f"margin={self.margin}, lam={self.lam}"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from .margin import shift_by_margin
-from .ranking import rank_with_integers, ranks_within_relevant_items
+from .item_ranking import rank_items
+from .ranking import ranks_within_relevant_items
 from .validation import check_scores_and_relevance
 
 
@@ -43,11 +44,12 @@ def ranks_of_relevant_items(
     Returns ``(rows [P], rank_alpha(y) [P] differentiable by Alg. 1, rank_alpha(y+) [P])``: the row of
     each relevant item, its rank among all items of its row after the margin shift (Eq. 14-15), and
     its rank among the relevant items of its row (a constant for the backward pass, as in the
-    authors' implementation). One sort of the scores; everything else is O(N + P log P).
+    authors' implementation). One sort of the scores in the forward pass, everything else
+    O(N + P log N) (:func:`.item_ranking.rank_items`: the backward re-ranks only the moved items).
     """
     relevant_index = relevant.nonzero(as_tuple=True)
     shifted = shift_by_margin(scores, relevant, margin, relevant_index)
-    ranks, integer_ranks = rank_with_integers(shifted, lam, validate=False)
+    ranks, integer_ranks = rank_items(shifted, relevant_index, lam)
     rows = relevant_index[0]
-    ranks_relevant = ranks_within_relevant_items(rows, integer_ranks[relevant_index], scores.shape[0])
-    return rows, ranks[relevant_index], ranks_relevant.to(ranks.dtype)
+    ranks_relevant = ranks_within_relevant_items(rows, integer_ranks, scores.shape[0])
+    return rows, ranks, ranks_relevant.to(ranks.dtype)

@@ -54,17 +54,33 @@ def descending_order(scores: torch.Tensor) -> torch.Tensor:
         values = values.float()
     n = values.shape[-1]
     flat = values.reshape(-1, n)
-    rows = flat.shape[0]
-    if rows == 1:
-        order = torch.sort(_descending_keys(flat).view(-1), stable=True).indices.view(1, n)
-    elif values.dtype == torch.float32 and rows < 2**31:
-        keys = _descending_keys(flat).long() + 2**31  # in [0, 2^32)
-        row = torch.arange(rows, device=flat.device).unsqueeze(1)
-        wide = keys | (row << 32)
-        order = torch.sort(wide.view(-1), stable=True).indices.view(rows, n) - row * n
-    else:
+    keys = sort_keys(flat)
+    if keys is None:
         order = torch.sort(flat, dim=-1, descending=True, stable=True).indices
+    else:
+        order = torch.sort(keys, stable=True).indices.view(flat.shape)
+        if flat.shape[0] > 1:
+            order -= torch.arange(flat.shape[0], device=flat.device).unsqueeze(1) * n
     return order.view(values.shape)
+
+
+def sort_keys(flat: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor | None:
+    """1-D integer keys of a ``[R, N]`` float matrix whose stable ascending sort orders each row's
+    scores from highest to lowest, rows one after the other (ties by position): the
+    order-preserving integer image of the floats, with the row index in the high 32 bits of an
+    int64 key when R > 1. None when no such key exists (R > 1 and not float32, or R >= 2**31).
+
+    ``rows``: the keys of the entries of a 1-D ``flat`` (e.g. perturbed scores of a few items) that
+    lie in these rows of an R > 1 matrix; without it ``flat`` is the whole matrix.
+    """
+    if rows is None and flat.shape[0] == 1:
+        return _descending_keys(flat).view(-1)
+    if flat.dtype != torch.float32 or (rows is None and flat.shape[0] >= 2**31):
+        return None
+    keys = _descending_keys(flat).long() + 2**31  # in [0, 2^32)
+    if rows is None:
+        rows = torch.arange(flat.shape[0], device=flat.device).unsqueeze(1)
+    return (keys | (rows << 32)).view(-1)
 
 
 def ranks_from_order(order: torch.Tensor) -> torch.Tensor:

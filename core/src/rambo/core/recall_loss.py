@@ -38,7 +38,7 @@ class RecallLoss(RankLoss):
         if self.weighting == "loglog":
             per_item = torch.log1p(per_item)
         total = ranks.new_zeros(scores.shape[0]).index_add(0, rows, per_item)
-        return total / relevant.sum(dim=-1).clamp(min=1)
+        return total / torch.bincount(rows, minlength=scores.shape[0]).clamp(min=1)  # relevant per row
 
     def extra_repr(self) -> str:
         return f"margin={self.margin}, lam={self.lam}, weighting={self.weighting!r}"

@@ -18,7 +18,9 @@ def check_scores(scores: torch.Tensor, name: str = "scores", min_dim: int = 1) -
         raise ValueError(f"{name} must have at least {min_dim} dimension(s), got shape {tuple(scores.shape)}")
     if scores.shape[-1] == 0:
         raise ValueError(f"{name} has an empty ranked (last) dimension: shape {tuple(scores.shape)}")
-    if not bool(torch.isfinite(scores).all()):
+    # A finite sum proves every value finite (NaN or inf in the input make the sum NaN or inf) in one
+    # cheap pass; only a non-finite sum (bad input, or finite values overflowing) checks each value.
+    if not bool(torch.isfinite(scores.sum())) and not bool(torch.isfinite(scores).all()):
         bad = "NaN" if bool(torch.isnan(scores).any()) else "inf"
         raise ValueError(f"{name} contains {bad} values; ranks are undefined for non-finite scores")
 
