@@ -191,3 +191,25 @@ def test_bad_hyper_parameters_are_named(make, message):
 def test_bad_valid_mask_is_named():
     with pytest.raises(ValueError, match="valid"):
         SmoothAPLoss()(torch.rand(2, 3), torch.ones(2, 3, dtype=torch.bool), torch.ones(2, 3))
+
+
+def test_default_blocks_of_one_long_row_stay_above_the_heap_threshold(monkeypatch):
+    """With the default chunk a blocked row's [p, N] blocks hold >= 2**23 elements (32 MiB float32):
+    glibc mmaps them and returns them when freed (see DEFAULT_CHUNK_ELEMENTS), and <= the cap."""
+    from rambo.core import sigmoid_rank
+
+    blocks, original = [], sigmoid_rank._chunk_ranks
+
+    def spy(scores, relevant_index, *rest):
+        blocks.append(scores.shape[0] * relevant_index.shape[1] * scores.shape[1])
+        return original(scores, relevant_index, *rest)
+
+    monkeypatch.setattr(sigmoid_rank, "_chunk_ranks", spy)
+    n = 300_000
+    scores = torch.rand(1, n, device="cpu").to(torch.get_default_device())
+    relevant = torch.zeros(1, n, dtype=torch.bool)
+    relevant[0, ::1000] = True  # 300 relevant: 9e7 differences, more than one block
+    with torch.no_grad():
+        sigmoid_ranks_of_relevant(scores, relevant, 0.01)
+    assert len(blocks) > 1 and max(blocks) <= sigmoid_rank.DEFAULT_CHUNK_ELEMENTS
+    assert min(blocks[:-1]) >= 2**23  # all but the last slice of items
