@@ -168,22 +168,32 @@ def _tied_scores(shape, seed: int) -> torch.Tensor:
     return scores
 
 
-def _with_incoming_gradient(run):
-    """``(run(), dL/drank as the blackbox backward received it, on the CPU)``."""
-    from rambo.core.ranking import BlackboxRank
+def _with_incoming_gradient(run, relevant: torch.Tensor):
+    """``(run(), dL/drank at the relevant items as the ranking's backward received it, on the CPU)``.
 
-    original = BlackboxRank.backward
+    The CPU takes the item path (``BlackboxItemRank``: the gradient at the P relevant items), a GPU
+    the dense operator (``alg1_gradient``: a dense ``[rows, N]`` gradient, read at the same items).
+    """
+    from rambo.core import item_ranking, ranking
+
     received = []
+    dense, items = ranking.alg1_gradient, item_ranking.BlackboxItemRank.backward
 
-    def backward(ctx, grad_ranks, *rest):
+    def dense_spy(scores, ranks, grad_ranks, lam_raw):
+        received.append(grad_ranks.detach().cpu()[relevant.nonzero(as_tuple=True)])
+        return dense(scores, ranks, grad_ranks, lam_raw)
+
+    def items_spy(ctx, grad_ranks, *rest):
         received.append(grad_ranks.detach().cpu().clone())
-        return original(ctx, grad_ranks, *rest)
+        return items(ctx, grad_ranks, *rest)
 
-    BlackboxRank.backward = staticmethod(backward)
+    ranking.alg1_gradient = dense_spy
+    item_ranking.BlackboxItemRank.backward = staticmethod(items_spy)
     try:
         result = run()
     finally:
-        BlackboxRank.backward = staticmethod(original)
+        ranking.alg1_gradient = dense
+        item_ranking.BlackboxItemRank.backward = staticmethod(items)
     return result, received[0]
 
 
@@ -200,9 +210,9 @@ def ranks_identical(device: torch.device, sizes: Sizes) -> dict:
         case = {"case": label, "shape": list(shape), "ties": int(scores.numel() - scores.unique().numel())}
         case["ranks_equal"] = torch.equal(exact_rank(scores), exact_rank(scores.to(device)).cpu())
         for name, loss_fn in (("ap", APLoss(MARGIN, LAM)), ("recall", RecallLoss(MARGIN, LAM, weighting="log"))):
-            (value_cpu, grad_cpu), incoming_cpu = _with_incoming_gradient(lambda: _loss_fwd_bwd(loss_fn, scores, relevant))
+            (value_cpu, grad_cpu), incoming_cpu = _with_incoming_gradient(lambda: _loss_fwd_bwd(loss_fn, scores, relevant), relevant)
             (value_dev, grad_dev), incoming_dev = _with_incoming_gradient(
-                lambda: _loss_fwd_bwd(loss_fn, scores.to(device), relevant.to(device)))
+                lambda: _loss_fwd_bwd(loss_fn, scores.to(device), relevant.to(device)), relevant)
             case[f"{name}_gradient_equal"] = torch.equal(grad_cpu, grad_dev.cpu())
             case[f"{name}_gradient_entries_differing"] = int((grad_cpu != grad_dev.cpu()).sum())
             # dL/drank reaching the blackbox: where a difference starts, if there is one

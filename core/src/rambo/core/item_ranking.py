@@ -14,7 +14,7 @@ then follows exactly, in O(N + P log N) instead of a second O(N) sort with its s
   difference array of 2P entries and one cumulative sum; one scatter through the forward's order
   brings it to the items.
 
-The result equals ``rank(y_lam) - rank(y)`` of the dense Alg. 1 (:class:`.ranking.BlackboxRank`)
+The result equals ``rank(y_lam) - rank(y)`` of the dense Alg. 1 (the operator ``rambo::blackbox_rank`` of :mod:`.ranking`)
 bit for bit, ties included (tested against it), so :func:`rank_items` and ``rank(scores, lam)[index]``
 are the same function with the same gradient. It is used on the CPU, where the second sort was the
 cost; on a GPU a sort is cheap and the dense path is used.
@@ -60,7 +60,7 @@ def positions_in_sorted(sorted_keys: torch.Tensor, order: torch.Tensor, keys: to
 
 class BlackboxItemRank(torch.autograd.Function):
     """Ranks of the items at ``flat_index`` of a ``[R, N]`` score matrix, Alg. 1 backward by re-ranking
-    only the moved items. ``lam_raw`` as in :class:`.ranking.BlackboxRank`.
+    only the moved items. ``lam_raw`` as in :func:`.ranking.blackbox_rank`.
 
     Returns ``(ranks as floats [P], differentiable; ranks as integers [P])``.
     """
@@ -85,7 +85,7 @@ class BlackboxItemRank(torch.autograd.Function):
         item_values, flat_index, row_of_item, positions, sorted_keys, order = ctx.saved_tensors
         rows, n = ctx.shape
         compute_dtype = torch.promote_types(ctx.dtype, torch.float32)
-        # y + lam * dL/drank at the P items, two separately rounded operations (as BlackboxRank).
+        # y + lam * dL/drank at the P items, two separately rounded operations (as alg1_gradient).
         moved = grad_ranks.to(compute_dtype).mul(ctx.lam_raw).add_(item_values.to(compute_dtype))
         moved_keys = sort_keys(moved.view(1, -1)) if rows == 1 else sort_keys(moved, rows=row_of_item)
         # Entries of the old ranking before each moved item's new place (its own old entry included
@@ -109,7 +109,7 @@ class BlackboxItemRank(torch.autograd.Function):
         shift = difference[:-1].cumsum_(0)
         gradient = torch.empty(rows * n, dtype=count_dtype, device=slot.device).scatter_(0, order, shift)
         gradient[flat_index] = (new_positions - positions).to(count_dtype)
-        # -(rank(y) - rank(y_lam)) / lam, as BlackboxRank.
+        # -(rank(y) - rank(y_lam)) / lam, as alg1_gradient.
         gradient = gradient.to(compute_dtype).div_(ctx.lam_raw)
         return gradient.view(rows, n).to(ctx.dtype), None, None
 

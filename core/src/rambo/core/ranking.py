@@ -128,33 +128,76 @@ def rank_within_relevant(ranks: torch.Tensor, relevant: torch.Tensor) -> torch.T
     return out
 
 
-class BlackboxRank(torch.autograd.Function):
-    """Autograd function behind :func:`rank`; ``lam_raw`` is the perturbation on raw ranks.
+def _float_rank_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.promote_types(dtype, torch.float32)
 
-    Returns ``(ranks as floats, differentiable; ranks as integers, not differentiable)`` so that a
-    loss which also needs exact integer ranks (e.g. for :func:`rank_within_relevant`) sorts once.
+
+def _integer_rank_dtype(n: int) -> torch.dtype:
+    return torch.int32 if n < 2**31 else torch.int64
+
+
+# Alg. 1 as two custom operators (torch.library): torch.compile sees each as one opaque node with
+# a known output shape, so a compiled model or loss has no graph break around the ranking, and the
+# autograd formula is registered with the forward operator.
+
+
+@torch.library.custom_op("rambo::blackbox_rank", mutates_args=())
+def blackbox_rank(scores: torch.Tensor, lam_raw: float, check_finite: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact ranks along the last dimension as ``(floats, differentiable by Alg. 1; integers)``.
+
+    ``lam_raw``: the perturbation on raw ranks (``lam * N``). ``check_finite``: refuse NaN/inf
+    here, at run time (inside a compiled graph too, where a check in Python would break the graph).
     """
+    if check_finite:
+        check_scores(scores, min_dim=1)
+    ranks = exact_rank(scores)
+    return ranks.to(_float_rank_dtype(scores.dtype)), ranks
 
-    @staticmethod
-    def forward(ctx, scores: torch.Tensor, lam_raw: float):  # noqa: D102
-        ranks = exact_rank(scores)
-        ctx.lam_raw = lam_raw
-        ctx.save_for_backward(scores, ranks)
-        ctx.mark_non_differentiable(ranks)
-        return ranks.to(torch.promote_types(scores.dtype, torch.float32)), ranks
 
-    @staticmethod
-    def backward(ctx, grad_ranks: torch.Tensor, _grad_integer_ranks: torch.Tensor | None = None):  # noqa: D102
-        scores, ranks = ctx.saved_tensors
-        compute_dtype = torch.promote_types(scores.dtype, torch.float32)
-        # y + lam * dL/drank as two separately rounded operations, never one fused multiply-add
-        # (which a GPU kernel may use, and a CPU kernel may not): the perturbed scores, hence the
-        # ranks of the backward pass, are then the same bits on every device.
-        perturbed = grad_ranks.to(compute_dtype).mul(ctx.lam_raw).add_(scores.detach().to(compute_dtype))
-        ranks_perturbed = exact_rank(perturbed)
-        # Alg. 1: -(rank(y) - rank(y_lam)) / lam, the difference taken exactly in integers.
-        grad_scores = ranks_perturbed.sub_(ranks).to(compute_dtype).div_(ctx.lam_raw)
-        return grad_scores.to(scores.dtype), None
+@blackbox_rank.register_fake
+def _(scores, lam_raw, check_finite):
+    n = scores.shape[-1]
+    return scores.new_empty(scores.shape, dtype=_float_rank_dtype(scores.dtype)), scores.new_empty(scores.shape, dtype=_integer_rank_dtype(n))
+
+
+@torch.library.custom_op("rambo::blackbox_rank_backward", mutates_args=())
+def blackbox_rank_backward(scores: torch.Tensor, ranks: torch.Tensor, grad_ranks: torch.Tensor, lam_raw: float) -> torch.Tensor:
+    """Alg. 1's backward: ``-(rank(y) - rank(y + lam_raw * grad_ranks)) / lam_raw``, in ``scores``' dtype."""
+    return alg1_gradient(scores, ranks, grad_ranks, lam_raw)
+
+
+@blackbox_rank_backward.register_fake
+def _(scores, ranks, grad_ranks, lam_raw):
+    return torch.empty_like(scores)
+
+
+def alg1_gradient(scores: torch.Tensor, ranks: torch.Tensor, grad_ranks: torch.Tensor, lam_raw: float) -> torch.Tensor:
+    """The gradient of Alg. 1 w.r.t. the scores, given the forward's integer ranks and dL/drank."""
+    compute_dtype = _float_rank_dtype(scores.dtype)
+    # y + lam * dL/drank as two separately rounded operations, never one fused multiply-add
+    # (which a GPU kernel may use, and a CPU kernel may not): the perturbed scores, hence the
+    # ranks of the backward pass, are then the same bits on every device.
+    perturbed = grad_ranks.to(compute_dtype).mul(lam_raw).add_(scores.detach().to(compute_dtype))
+    ranks_perturbed = exact_rank(perturbed)
+    # Alg. 1: -(rank(y) - rank(y_lam)) / lam, the difference taken exactly in integers.
+    grad_scores = ranks_perturbed.sub_(ranks).to(compute_dtype).div_(lam_raw)
+    return grad_scores.to(scores.dtype)
+
+
+def _blackbox_rank_setup(ctx, inputs, output):
+    scores, lam_raw, _ = inputs
+    ctx.lam_raw = lam_raw
+    ctx.save_for_backward(scores, output[1])
+
+
+def _blackbox_rank_grad(ctx, grad_ranks, _grad_integer_ranks):
+    scores, ranks = ctx.saved_tensors
+    if grad_ranks is None:
+        return None, None, None
+    return torch.ops.rambo.blackbox_rank_backward(scores, ranks, grad_ranks, ctx.lam_raw), None, None
+
+
+blackbox_rank.register_autograd(_blackbox_rank_grad, setup_context=_blackbox_rank_setup)
 
 
 def rank(scores: torch.Tensor, lam: float) -> torch.Tensor:
@@ -178,6 +221,6 @@ def rank_with_integers(scores: torch.Tensor, lam: float, validate: bool = True) 
     ``validate=False`` skips the input checks, for callers that have already made them.
     """
     if validate:
-        check_scores(scores)
+        check_scores(scores, finite=False)  # the values are checked inside the operator
         lam = check_lam(lam)
-    return BlackboxRank.apply(scores, lam * scores.shape[-1])
+    return torch.ops.rambo.blackbox_rank(scores, lam * scores.shape[-1], validate)

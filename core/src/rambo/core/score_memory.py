@@ -28,7 +28,7 @@ class _BatchMemory(torch.nn.Module):
 
     def __init__(self, loss: torch.nn.Module, tau: int):
         super().__init__()
-        if int(tau) != tau or tau < 0:
+        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or int(tau) != tau or tau < 0:
             raise ValueError(f"tau (number of remembered batches) must be an integer >= 0, got {tau}")
         self.loss = loss
         self.tau = int(tau)
@@ -69,6 +69,14 @@ class ScoreMemory(_BatchMemory):
     def forward(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
         check_scores_and_relevance(scores, relevant)
         remembered = self.remembered()
+        kept = 1 if self.dim in (0, -2) else 0  # the dimension that is not ranked (the queries)
+        if remembered and remembered[-1][0].shape[kept] != scores.shape[kept]:
+            raise ValueError(
+                f"ScoreMemory extends dimension {self.dim} (the ranking), so every batch needs the same size "
+                f"in dimension {kept}: got scores {tuple(scores.shape)} after a remembered batch of "
+                f"{tuple(remembered[-1][0].shape)}. A DataLoader's smaller last batch does this: use "
+                "drop_last=True, or call reset() before such a batch"
+            )
         all_scores = torch.cat([scores] + [s.to(scores.device, scores.dtype) for s, _ in remembered], dim=self.dim)
         all_relevant = torch.cat([relevant] + [r.to(relevant.device) for _, r in remembered], dim=self.dim)
         value = self.loss(all_scores, all_relevant)
@@ -90,6 +98,11 @@ class EmbeddingMemory(_BatchMemory):
         """The ``[B, B - 1 + M]`` scores and relevance that the wrapped loss receives."""
         scores, relevant = pairwise_scores(embeddings, labels)
         remembered = self.remembered()
+        if remembered and remembered[-1][0].shape[1] != embeddings.shape[1]:
+            raise ValueError(
+                f"EmbeddingMemory holds embeddings of size {remembered[-1][0].shape[1]}, got a batch of size "
+                f"{embeddings.shape[1]}: the embedding size changed; call reset() after changing the model"
+            )
         if remembered:
             memory = torch.cat([e for e, _ in remembered]).to(embeddings.device, embeddings.dtype)
             memory_labels = torch.cat([l for _, l in remembered]).to(labels.device)

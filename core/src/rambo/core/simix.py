@@ -25,8 +25,10 @@ class SiMix(torch.nn.Module):
 
     def __init__(self, loss: torch.nn.Module, mixes: int | None = None, generator: torch.Generator | None = None):
         super().__init__()
+        if mixes is not None and (isinstance(mixes, bool) or int(mixes) != mixes or mixes < 0):
+            raise ValueError(f"mixes must be an integer >= 0 (or None: as many as the batch size), got {mixes!r}")
         self.loss = loss
-        self.mixes = mixes
+        self.mixes = None if mixes is None else int(mixes)
         self.generator = generator
 
     def mixed_batch(self, embeddings: torch.Tensor, labels: torch.Tensor):

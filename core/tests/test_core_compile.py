@@ -1,0 +1,92 @@
+"""torch.compile and mixed precision: the ranking is one custom operator (``rambo::blackbox_rank``,
+its Alg. 1 backward registered with it), so a compiled graph has no break around it, and compiled
+losses agree with eager ones in value and gradient, in float32, bfloat16 (autocast) and float16."""
+
+import pytest
+import torch
+
+from rambo.core import APLoss, RecallLoss, pairwise_scores, rank
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def fresh_compile(fn, **kwargs):
+    torch._dynamo.reset()
+    return torch.compile(fn, **kwargs)
+
+
+def value_and_grad(fn, *inputs):
+    leaves = [x.detach().clone().requires_grad_(True) if x.is_floating_point() else x for x in inputs]
+    value = fn(*leaves)
+    value.backward()
+    return value.detach(), leaves[0].grad
+
+
+def test_rank_compiles_into_one_graph_with_its_backward():
+    scores = torch.randn(4, 50, device="cpu").to(torch.get_default_device())
+    weights = torch.randn(4, 50, device="cpu").to(scores.device)
+
+    def weighted_ranks(s, w):
+        return (rank(s, 0.5) * w).sum()
+
+    explained = torch._dynamo.explain(weighted_ranks)(scores, weights)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    compiled = fresh_compile(weighted_ranks, fullgraph=True)
+    got, expected = value_and_grad(compiled, scores, weights), value_and_grad(weighted_ranks, scores, weights)
+    assert torch.allclose(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    assert torch.equal(fresh_compile(lambda s: rank(s, 0.5), fullgraph=True)(scores), rank(scores, 0.5))
+
+
+def test_a_bad_score_is_refused_inside_the_compiled_graph():
+    compiled = fresh_compile(lambda s: rank(s, 0.5), fullgraph=True)
+    scores = torch.randn(2, 5)
+    compiled(scores)
+    scores[0, 1] = float("nan")
+    with pytest.raises(Exception, match="NaN"):
+        compiled(scores)
+
+
+@pytest.mark.parametrize("make", [lambda: RecallLoss(0.05, 0.5), lambda: APLoss(0.05, 0.5)])
+def test_compiled_and_eager_losses_agree(make):
+    loss = make()
+    embeddings = torch.nn.functional.normalize(torch.randn(32, 16), dim=1)
+    labels = torch.arange(32) // 4
+
+    def objective(e, l):
+        return loss(*pairwise_scores(e, l))
+
+    got = value_and_grad(fresh_compile(objective), embeddings, labels)
+    expected = value_and_grad(objective, embeddings, labels)
+    assert torch.allclose(got[0], expected[0], atol=1e-6)
+    assert torch.allclose(got[1], expected[1], atol=1e-6) and expected[1].abs().sum() > 0
+
+
+def test_autocast_bfloat16_scores_compiled_and_eager_agree():
+    """Under autocast the scores come out of a matmul in bfloat16; the ranks of those scores are
+    exact, the gradient returns in bfloat16, and compiling changes neither."""
+    layer = torch.nn.Linear(16, 8)
+    inputs = torch.randn(24, 16)
+    labels = torch.arange(24) // 4
+    loss = RecallLoss(0.05, 0.5)
+
+    def objective(x, l):
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+            scores, relevant = pairwise_scores(layer(x), l)
+            assert scores.dtype == torch.bfloat16
+            return loss(scores, relevant)
+
+    expected = value_and_grad(objective, inputs, labels)
+    got = value_and_grad(fresh_compile(objective), inputs, labels)
+    assert torch.allclose(got[0].float(), expected[0].float(), atol=1e-2)
+    assert got[1].dtype == expected[1].dtype == torch.float32  # the input's gradient
+    assert torch.allclose(got[1], expected[1], atol=1e-2) and expected[1].abs().sum() > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_scores_rank_exactly_and_get_a_gradient_of_their_dtype(dtype):
+    scores = torch.randn(3, 40).to(dtype)
+    upstream = torch.randn(3, 40)
+    half = value_and_grad(lambda s: (rank(s, 0.5) * upstream).sum(), scores)
+    full = value_and_grad(lambda s: (rank(s, 0.5) * upstream).sum(), scores.float())
+    assert torch.equal(rank(scores, 0.5), rank(scores.float(), 0.5))  # float32 ranks of the same values
+    assert half[1].dtype == dtype and torch.equal(half[1], full[1].to(dtype))
