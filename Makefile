@@ -12,11 +12,14 @@ TEST_DIRS := $(wildcard $(addsuffix /tests,$(SUBPROJECTS)) figures/tests ablatio
 PYTHON_MMDET ?= $(firstword $(foreach p,$(shell command -v python3.10 2>/dev/null) $(wildcard $(HOME)/.pyenv/versions/3.10*/bin/python3.10),$(if $(findstring True,$(shell $(p) -c 'import sys; print(sys.version_info[:2] == (3, 10))' 2>/dev/null)),$(p))))
 MMDET_VENV := .venv-mmdet
 MMDET_STAMP := $(MMDET_VENV)/.installed
+# The API reference's build tools (environments/docs-requirements.txt), apart from .venv.
+DOCS_VENV := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed
 PROFILE ?= mini
 BENCH_ARGS ?=
 FORCE_PROFILE ?=
 
-.PHONY: help install test test-slow test-mmdet bench gpu-check reproduce paper-smoke figures tables
+.PHONY: help install test test-slow test-mmdet docs bench gpu-check reproduce paper-smoke figures tables
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -45,6 +48,14 @@ $(MMDET_STAMP): environments/mmdet/requirements.txt core/pyproject.toml harness/
 
 test-mmdet: $(MMDET_STAMP) ## the mmdetection plugin's tests (mmdet's registry and Runner) in their own pinned environment, .venv-mmdet (never touches .venv)
 	RAMBO_REQUIRE_MMDET=1 $(MMDET_VENV)/bin/python -m pytest -s detection/tests/test_detection_mmdet_plugin.py detection/tests/test_detection_mmdet_runner.py
+
+$(DOCS_STAMP): environments/docs-requirements.txt
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install -q -r environments/docs-requirements.txt
+	touch $@
+
+docs: $(DOCS_STAMP) ## the API reference from the docstrings (mkdocs + mkdocstrings; warnings are errors) into build/docs; CI runs it
+	$(DOCS_VENV)/bin/mkdocs build --strict
 
 bench: install ## AP-loss speed benchmark vs the reference algorithm and one float32 sort (BENCH_ARGS="--with-1e8 --device cuda")
 	$(PY) -m rambo.core.benchmark --out core/benchmarks/ap_loss.json --markdown core/benchmarks/ap_loss.md $(BENCH_ARGS)
