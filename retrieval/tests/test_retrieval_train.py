@@ -52,6 +52,12 @@ def test_tiny_run_writes_metrics_curve_and_checkpoints(data_dir, tmp_path):
     assert cli["R@1"] == pytest.approx(curve[-1]["test/R@1"])
 
 
+def test_tiny_run_reads_images_from_disk_without_in_memory(data_dir, tmp_path):
+    """``data.in_memory=false`` (the paper's datasets): images read from disk and augmented one at a time."""
+    metrics = train(tiny(data_dir, tmp_path, "data.in_memory=false", "epochs=1", "scheduler.milestones=[1]"))
+    assert metrics["complete"] and 0.0 <= metrics["paper_protocol"]["R@1"] <= 1.0
+
+
 def test_resume_after_a_kill_reaches_the_same_final_metrics(data_dir, tmp_path):
     extra = ["epochs=3", "scheduler.milestones=[2]", "eval_every=1"]
     uninterrupted = train(tiny(data_dir, tmp_path / "a", *extra))

@@ -12,6 +12,10 @@ Every ``eval_every`` epochs (and at the end) the model is evaluated on the test 
 class-disjoint validation split of the training classes (both protocols: :mod:`.engine`).
 Outputs (paths from the config): ``metrics_path``, ``curve_path``, ``checkpoint_path`` (every
 epoch) and ``best_validation.pt`` beside it.
+
+Images are read from disk and augmented one at a time (:mod:`.transforms`), or, with
+``data.in_memory`` (the mini and tiny profiles' small same-size synthetic images), decoded once
+into memory and augmented a batch at a time (:mod:`.in_memory_dataset`, :mod:`.batch_transforms`).
 """
 
 from __future__ import annotations
@@ -23,14 +27,17 @@ import hydra
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
+from torchvision.transforms import PILToTensor
 
 from rambo.harness.checkpoint import save_checkpoint
 from rambo.harness.distributed import ShardedBatchSampler, barrier, detect_setup, init_process_group, wrap_model
 from rambo.harness.run import TrainingRun
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
 
+from .batch_transforms import BatchTrainAugmentation
 from .datasets import generate_synthetic, load_dataset
 from .engine import evaluate, select_protocols, train_one_epoch
+from .in_memory_dataset import InMemoryImageDataset
 from .model import build_model
 from .samplers import MPerClassBatchSampler, SuperLabelBatchSampler
 from .transforms import eval_transform, train_transform
@@ -40,17 +47,31 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 
 
 def build_splits(cfg: DictConfig) -> dict:
-    """``{"train", "validation", "test" | ("query", "gallery")}`` datasets with their transforms."""
+    """``{"train", "validation", "test" | ("query", "gallery")}`` datasets with their transforms.
+
+    With ``data.in_memory`` every split is an :class:`InMemoryImageDataset`: the training images
+    as ``uint8`` tensors (augmented by :func:`train_collate`), the others already through the
+    evaluation transform."""
     data = cfg.data
     if data.get("generate") is not None:
         generate_synthetic(data.root, **data.generate, show_progress=False)
+    in_memory = data.get("in_memory", False)
     test_transform = eval_transform(cfg.image_size)
-    full_train = load_dataset(data.format, data.root, "train", transform=train_transform(cfg.image_size))
+    augmentation = PILToTensor() if in_memory else train_transform(cfg.image_size)
+    full_train = load_dataset(data.format, data.root, "train", transform=augmentation)
     train, validation = split_validation_classes(full_train, cfg.validation_fraction, cfg.seed, test_transform)
     splits = {"train": train, "validation": validation}
     for name in ("query", "gallery") if data.format == "inshop" else ("test",):
         splits[name] = load_dataset(data.format, data.root, name, transform=test_transform)
+    if in_memory:
+        splits = {name: None if split is None else InMemoryImageDataset(split) for name, split in splits.items()}
     return splits
+
+
+def train_collate(cfg: DictConfig):
+    """The training loader's ``collate_fn``: the batched augmentation with ``data.in_memory``,
+    else ``None`` (torch's default; the dataset augments each image)."""
+    return BatchTrainAugmentation(cfg.image_size).collate if cfg.data.get("in_memory", False) else None
 
 
 def build_batch_sampler(cfg: DictConfig, train_set) -> torch.utils.data.Sampler:
@@ -86,7 +107,8 @@ def train(cfg: DictConfig) -> dict:
     splits = splits or build_splits(cfg)
     global_sampler = build_batch_sampler(cfg, splits["train"])
     sampler = ShardedBatchSampler(global_sampler, setup.rank, setup.world_size) if setup.is_distributed else global_sampler
-    loader = torch.utils.data.DataLoader(splits["train"], batch_sampler=sampler, num_workers=cfg.num_workers)
+    loader = torch.utils.data.DataLoader(splits["train"], batch_sampler=sampler, num_workers=cfg.num_workers,
+                                         collate_fn=train_collate(cfg))  # fmt: skip
     model = build_model(cfg.model).to(device)
     optimizer = build_optimizer(cfg, model)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(cfg.scheduler.milestones), cfg.scheduler.gamma)
