@@ -409,7 +409,7 @@ def markdown(report: dict) -> str:
     if "core_tests" in status and "summary" in status["core_tests"]:
         tests = status["core_tests"]
         lines += [f"Core test suite on `{tests['device']}`: {tests['summary']}", ""]
-        lines += [f"- {failure}" for failure in tests["failures"]]
+        lines += [f"- {failure}" for failure in tests["failures"]] + ([""] if tests["failures"] else [])
     losses = status.get("rank_losses", {})
     if losses.get("rows"):
         lines += ["## Rank losses, forward + backward (one row, 1 relevant in 100)", "",
