@@ -90,3 +90,18 @@ def test_half_scores_rank_exactly_and_get_a_gradient_of_their_dtype(dtype):
     full = value_and_grad(lambda s: (rank(s, 0.5) * upstream).sum(), scores.float())
     assert torch.equal(rank(scores, 0.5), rank(scores.float(), 0.5))  # float32 ranks of the same values
     assert half[1].dtype == dtype and torch.equal(half[1], full[1].to(dtype))
+
+
+def test_the_fallback_for_torch_without_custom_op_computes_the_same():
+    """torch < 2.4 (the mmdetection environment) ranks through an autograd.Function instead."""
+    from rambo.core import ranking
+
+    scores = torch.randint(-5, 5, (3, 30), device="cpu").float().to(torch.get_default_device())
+    upstream = torch.randn(3, 30, device="cpu").to(scores.device)
+    leaf_op, leaf_fn = scores.clone().requires_grad_(True), scores.clone().requires_grad_(True)
+    op_ranks, op_integers = ranking.rank_with_integers(leaf_op, 0.5)
+    fn_ranks, fn_integers = ranking._BlackboxRank.apply(leaf_fn, 0.5 * 30, True)
+    (op_ranks * upstream).sum().backward()
+    (fn_ranks * upstream).sum().backward()
+    assert torch.equal(op_ranks, fn_ranks) and torch.equal(op_integers, fn_integers)
+    assert torch.equal(leaf_op.grad, leaf_fn.grad) and leaf_op.grad.abs().sum() > 0

@@ -136,13 +136,7 @@ def _integer_rank_dtype(n: int) -> torch.dtype:
     return torch.int32 if n < 2**31 else torch.int64
 
 
-# Alg. 1 as two custom operators (torch.library): torch.compile sees each as one opaque node with
-# a known output shape, so a compiled model or loss has no graph break around the ranking, and the
-# autograd formula is registered with the forward operator.
-
-
-@torch.library.custom_op("rambo::blackbox_rank", mutates_args=())
-def blackbox_rank(scores: torch.Tensor, lam_raw: float, check_finite: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _blackbox_rank_forward(scores: torch.Tensor, lam_raw: float, check_finite: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact ranks along the last dimension as ``(floats, differentiable by Alg. 1; integers)``.
 
     ``lam_raw``: the perturbation on raw ranks (``lam * N``). ``check_finite``: refuse NaN/inf
@@ -152,23 +146,6 @@ def blackbox_rank(scores: torch.Tensor, lam_raw: float, check_finite: bool) -> t
         check_scores(scores, min_dim=1)
     ranks = exact_rank(scores)
     return ranks.to(_float_rank_dtype(scores.dtype)), ranks
-
-
-@blackbox_rank.register_fake
-def _(scores, lam_raw, check_finite):
-    n = scores.shape[-1]
-    return scores.new_empty(scores.shape, dtype=_float_rank_dtype(scores.dtype)), scores.new_empty(scores.shape, dtype=_integer_rank_dtype(n))
-
-
-@torch.library.custom_op("rambo::blackbox_rank_backward", mutates_args=())
-def blackbox_rank_backward(scores: torch.Tensor, ranks: torch.Tensor, grad_ranks: torch.Tensor, lam_raw: float) -> torch.Tensor:
-    """Alg. 1's backward: ``-(rank(y) - rank(y + lam_raw * grad_ranks)) / lam_raw``, in ``scores``' dtype."""
-    return alg1_gradient(scores, ranks, grad_ranks, lam_raw)
-
-
-@blackbox_rank_backward.register_fake
-def _(scores, ranks, grad_ranks, lam_raw):
-    return torch.empty_like(scores)
 
 
 def alg1_gradient(scores: torch.Tensor, ranks: torch.Tensor, grad_ranks: torch.Tensor, lam_raw: float) -> torch.Tensor:
@@ -184,20 +161,62 @@ def alg1_gradient(scores: torch.Tensor, ranks: torch.Tensor, grad_ranks: torch.T
     return grad_scores.to(scores.dtype)
 
 
-def _blackbox_rank_setup(ctx, inputs, output):
-    scores, lam_raw, _ = inputs
-    ctx.lam_raw = lam_raw
-    ctx.save_for_backward(scores, output[1])
+if hasattr(torch.library, "custom_op"):  # torch >= 2.4
+    # Alg. 1 as two custom operators: torch.compile sees each as one opaque node with a known output
+    # shape, so a compiled model or loss has no graph break around the ranking, and the autograd
+    # formula is registered with the forward operator.
+    blackbox_rank = torch.library.custom_op("rambo::blackbox_rank", mutates_args=())(_blackbox_rank_forward)
+
+    @blackbox_rank.register_fake
+    def _(scores, lam_raw, check_finite):
+        float_ranks = scores.new_empty(scores.shape, dtype=_float_rank_dtype(scores.dtype))
+        return float_ranks, scores.new_empty(scores.shape, dtype=_integer_rank_dtype(scores.shape[-1]))
+
+    @torch.library.custom_op("rambo::blackbox_rank_backward", mutates_args=())
+    def blackbox_rank_backward(scores: torch.Tensor, ranks: torch.Tensor, grad_ranks: torch.Tensor, lam_raw: float) -> torch.Tensor:
+        """Alg. 1's backward: ``-(rank(y) - rank(y + lam_raw * grad_ranks)) / lam_raw``, in ``scores``' dtype."""
+        return alg1_gradient(scores, ranks, grad_ranks, lam_raw)
+
+    @blackbox_rank_backward.register_fake
+    def _(scores, ranks, grad_ranks, lam_raw):
+        return torch.empty_like(scores)
+
+    def _blackbox_rank_setup(ctx, inputs, output):
+        scores, lam_raw, _ = inputs
+        ctx.lam_raw = lam_raw
+        ctx.save_for_backward(scores, output[1])
+
+    def _blackbox_rank_grad(ctx, grad_ranks, _grad_integer_ranks):
+        scores, ranks = ctx.saved_tensors
+        if grad_ranks is None:
+            return None, None, None
+        return torch.ops.rambo.blackbox_rank_backward(scores, ranks, grad_ranks, ctx.lam_raw), None, None
+
+    blackbox_rank.register_autograd(_blackbox_rank_grad, setup_context=_blackbox_rank_setup)
+    _apply_blackbox_rank = torch.ops.rambo.blackbox_rank
+else:  # older torch (e.g. the mmdetection environment's 2.1): the same function as an autograd.Function
+    _apply_blackbox_rank = None  # set below
 
 
-def _blackbox_rank_grad(ctx, grad_ranks, _grad_integer_ranks):
-    scores, ranks = ctx.saved_tensors
-    if grad_ranks is None:
-        return None, None, None
-    return torch.ops.rambo.blackbox_rank_backward(scores, ranks, grad_ranks, ctx.lam_raw), None, None
+class _BlackboxRank(torch.autograd.Function):
+    """The ranking operator as an ``autograd.Function``, for torch < 2.4 (no ``torch.library.custom_op``)."""
+
+    @staticmethod
+    def forward(ctx, scores, lam_raw, check_finite):  # noqa: D102
+        float_ranks, ranks = _blackbox_rank_forward(scores, lam_raw, check_finite)
+        ctx.lam_raw = lam_raw
+        ctx.save_for_backward(scores, ranks)
+        ctx.mark_non_differentiable(ranks)
+        return float_ranks, ranks
+
+    @staticmethod
+    def backward(ctx, grad_ranks, _grad_integer_ranks=None):  # noqa: D102
+        scores, ranks = ctx.saved_tensors
+        return alg1_gradient(scores, ranks, grad_ranks, ctx.lam_raw), None, None
 
 
-blackbox_rank.register_autograd(_blackbox_rank_grad, setup_context=_blackbox_rank_setup)
+if _apply_blackbox_rank is None:
+    _apply_blackbox_rank = _BlackboxRank.apply
 
 
 def rank(scores: torch.Tensor, lam: float) -> torch.Tensor:
@@ -223,4 +242,4 @@ def rank_with_integers(scores: torch.Tensor, lam: float, validate: bool = True) 
     if validate:
         check_scores(scores, finite=False)  # the values are checked inside the operator
         lam = check_lam(lam)
-    return torch.ops.rambo.blackbox_rank(scores, lam * scores.shape[-1], validate)
+    return _apply_blackbox_rank(scores, lam * scores.shape[-1], validate)
