@@ -36,7 +36,6 @@ import json
 import os
 import platform
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -45,14 +44,16 @@ from pathlib import Path
 
 import torch
 
+from rambo.core.benchmark import LAM, MARGIN, PAPER_TABLE_6, RELEVANT_FRACTION, median_ms, synchronize
+
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("core_tests", "rank_losses", "ranks_identical", "retrieval_step", "recall_k_step", "recall_at_k_eval",
             "detection_step")  # fmt: skip
 # Paper Table 6, Tesla V100, AP loss forward+backward (ms); Sec. 5.2: "< 5 ms" at 320k elements.
-PAPER_V100_MS = {10**5: 1.3, 10**6: 7.0, 10**7: 61.0, 10**8: 620.0}
+# The losses' settings (margin, lambda, 1 relevant in 100) are make bench's.
+PAPER_V100_MS = PAPER_TABLE_6["cuda"]
 DETECTION_SEQUENCE = 320_000
 PAPER_DETECTION_MS = 5.0
-MARGIN, LAM, RELEVANT_FRACTION = 0.1, 0.5, 0.01
 
 
 class Sizes:
@@ -73,24 +74,6 @@ class Sizes:
 
 
 # ----------------------------------------------------------------------------------------------- timing
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def median_ms(run, device: torch.device, repeats: int) -> float:
-    """Median wall time of ``run()`` in ms after one warm-up, synchronised on a GPU."""
-    run()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        started = time.perf_counter()
-        run()
-        synchronize(device)
-        times.append((time.perf_counter() - started) * 1e3)
-    return statistics.median(times)
 
 
 def reset_peak(device: torch.device) -> None:
@@ -394,6 +377,14 @@ def _gib(value) -> str:
     return "-" if value is None else f"{value:.2f} GiB"
 
 
+def _table(title: str, header: list[str], align: str, rows: list[list]) -> list[str]:
+    """A Markdown section: ``## title``, a table with ``header`` (``align``: one ``l``/``r`` per
+    column) and ``rows``, and a blank line."""
+    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
+    return [f"## {title}", "", "| " + " | ".join(header) + " |", rule,
+            *["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows], ""]  # fmt: skip
+
+
 def markdown(report: dict) -> str:
     meta = report["meta"]
     lines = [f"# GPU check ({'toy sizes' if meta['toy'] else 'full sizes'}) on {meta['device_name']}", ""]
@@ -412,34 +403,29 @@ def markdown(report: dict) -> str:
         lines += [f"- {failure}" for failure in tests["failures"]] + ([""] if tests["failures"] else [])
     losses = status.get("rank_losses", {})
     if losses.get("rows"):
-        lines += ["## Rank losses, forward + backward (one row, 1 relevant in 100)", "",
-                  "| length | AP loss | recall loss (log) | one float32 sort | AP / sort | paper V100 (AP) | peak memory |",
-                  "|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+        rows = []
         for row in losses["rows"]:
             label = f"{row['n']:.1e}" + (" (detection)" if row["detection_sequence"] else "")
             paper = ("< " if row["detection_sequence"] else "") + _ms(row["paper_v100_ms"]) if row["paper_v100_ms"] else "-"
-            lines.append(f"| {label} | {_ms(row['ap_ms'])} | {_ms(row['recall_ms'])} | {_ms(row['sort_ms'])} | "
-                         f"{row['ap_ms'] / row['sort_ms']:.2f} | {paper} | {_gib(row['peak_gib'])} |")  # fmt: skip
-        lines.append("")
+            rows.append([label, _ms(row["ap_ms"]), _ms(row["recall_ms"]), _ms(row["sort_ms"]),
+                         f"{row['ap_ms'] / row['sort_ms']:.2f}", paper, _gib(row["peak_gib"])])  # fmt: skip
+        lines += _table("Rank losses, forward + backward (one row, 1 relevant in 100)",
+                        ["length", "AP loss", "recall loss (log)", "one float32 sort", "AP / sort", "paper V100 (AP)", "peak memory"],
+                        "rrrrrrr", rows)  # fmt: skip
     same = status.get("ranks_identical", {})
     if same.get("cases"):
-        lines += [f"## Ranks and gradients, {same['compared']}, tied input", "",
-                  "| case | shape | tied items | ranks equal | AP gradient equal | recall gradient equal |",
-                  "|---|---|---:|---|---|---|"]  # fmt: skip
-        for case in same["cases"]:
-            lines.append(f"| {case['case']} | {case['shape']} | {case['ties']} | {case['ranks_equal']} | "
-                         f"{case['ap_gradient_equal']} | {case['recall_gradient_equal']} |")  # fmt: skip
-        lines.append("")
+        rows = [[c["case"], c["shape"], c["ties"], c["ranks_equal"], c["ap_gradient_equal"], c["recall_gradient_equal"]]
+                for c in same["cases"]]  # fmt: skip
+        lines += _table(f"Ranks and gradients, {same['compared']}, tied input",
+                        ["case", "shape", "tied items", "ranks equal", "AP gradient equal", "recall gradient equal"],
+                        "llrlll", rows)  # fmt: skip
     steps = [status[name] for name in ("retrieval_step", "recall_k_step") if status.get(name, {}).get("ok")]
     if steps:
-        lines += ["## Retrieval training steps (paper profile, random init)", "",
-                  "| config | backbone | batch | image | two-pass chunk | s / step | images / s | peak memory |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-        for step in steps:
-            lines.append(f"| `{' '.join(step['overrides'])}` | {step['backbone']} | {step['batch']} | {step['image_size']} px | "
-                         f"{step['two_pass_chunk_size'] or '-'} | {step['seconds_per_step']:.3f} | {step['images_per_second']:.0f} | "
-                         f"{_gib(step['peak_gib'])} |")  # fmt: skip
-        lines.append("")
+        rows = [[f"`{' '.join(s['overrides'])}`", s["backbone"], s["batch"], f"{s['image_size']} px", s["two_pass_chunk_size"] or "-",
+                 f"{s['seconds_per_step']:.3f}", f"{s['images_per_second']:.0f}", _gib(s["peak_gib"])] for s in steps]  # fmt: skip
+        lines += _table("Retrieval training steps (paper profile, random init)",
+                        ["config", "backbone", "batch", "image", "two-pass chunk", "s / step", "images / s", "peak memory"],
+                        "llrrrrrr", rows)  # fmt: skip
     evaluation = status.get("recall_at_k_eval", {})
     if "faiss_seconds" in evaluation:
         lines += [f"## Recall@K at {evaluation['n']:,} x {evaluation['dim']}", "",
@@ -449,13 +435,11 @@ def markdown(report: dict) -> str:
                   f"- Recall@K {evaluation['recall']}; both agree: {evaluation['agree']}", ""]  # fmt: skip
     detection = status.get("detection_step", {})
     if detection.get("runs"):
-        lines += ["## Detection training steps (Faster R-CNN FPN, random init)", "",
-                  "| experiment | backbone | batch | image -> resized | s / step | images / s | peak memory |",
-                  "|---|---|---:|---|---:|---:|---:|"]  # fmt: skip
-        for run in detection["runs"]:
-            lines.append(f"| {run['experiment']} | {run['backbone']} | {run['batch']} | {run['image'][0]}x{run['image'][1]} -> "
-                         f"{run['resized_to'][0]}-{run['resized_to'][1]} | {run['seconds_per_step']:.3f} | "
-                         f"{run['images_per_second']:.1f} | {_gib(run['peak_gib'])} |")  # fmt: skip
+        rows = [[r["experiment"], r["backbone"], r["batch"], f"{r['image'][0]}x{r['image'][1]} -> {r['resized_to'][0]}-{r['resized_to'][1]}",
+                 f"{r['seconds_per_step']:.3f}", f"{r['images_per_second']:.1f}", _gib(r["peak_gib"])] for r in detection["runs"]]  # fmt: skip
+        lines += _table("Detection training steps (Faster R-CNN FPN, random init)",
+                        ["experiment", "backbone", "batch", "image -> resized", "s / step", "images / s", "peak memory"],
+                        "llrlrrr", rows)[:-1]  # fmt: skip
         loss = detection["classifier_loss"]
         lines += ["", f"RoI classifier loss alone (RaMBO, memory full), {loss['rois']} RoIs x 20 classes: "
                       f"{_ms(loss['ms'])} forward+backward (paper: < {_ms(detection['paper_ms'])}).", ""]  # fmt: skip

@@ -64,19 +64,21 @@ def reference_ap_loss(scores: torch.Tensor, relevant: torch.Tensor, margin: floa
     return 1.0 - precision[relevant.any(1)].mean()
 
 
-def _synchronize(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on the CPU), so that a timer measures it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _median_ms(run, device: torch.device, repeats: int) -> float:
+def median_ms(run, device: torch.device, repeats: int) -> float:
+    """Median wall time of ``run()`` in ms over ``repeats`` runs after one warm-up, synchronised on a GPU."""
     run()  # warm-up
     times = []
     for _ in range(repeats):
-        _synchronize(device)
+        synchronize(device)
         start = time.perf_counter()
         run()
-        _synchronize(device)
+        synchronize(device)
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
 
@@ -109,11 +111,11 @@ def benchmark_size(n: int, device: torch.device, repeats: int, with_reference: b
     relevant = (torch.rand(1, n, generator=generator, device="cpu") < RELEVANT_FRACTION).to(device)
     ours_loss = APLoss(MARGIN, LAM)
     row = {"n": n, "device": device.type}
-    row["ours_ms"] = _median_ms(lambda: _loss_and_grad(ours_loss, scores, relevant), device, repeats)
+    row["ours_ms"] = median_ms(lambda: _loss_and_grad(ours_loss, scores, relevant), device, repeats)
     flat = scores.view(-1)
-    row["sort_ms"] = _median_ms(lambda: torch.sort(flat), device, repeats)
+    row["sort_ms"] = median_ms(lambda: torch.sort(flat), device, repeats)
     if with_reference:
-        row["reference_ms"] = _median_ms(
+        row["reference_ms"] = median_ms(
             lambda: _loss_and_grad(lambda s, r: reference_ap_loss(s, r, MARGIN, LAM), scores, relevant), device, repeats
         )
         row["speedup_vs_reference"] = row["reference_ms"] / row["ours_ms"]
