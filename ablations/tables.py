@@ -38,6 +38,18 @@ def read_metric(task: str, metrics: dict, metric: str) -> float:
     return 100.0 * float(source[metric])
 
 
+def parse_seeds(value) -> list[int]:
+    """params.yaml's ``seeds``, a Hydra sweep of the run stages (``0,1,2``; one seed: ``0``), as a list."""
+    items = value if isinstance(value, list) else str(value).split(",")
+    try:
+        seeds = [int(str(item).strip()) for item in items]
+    except ValueError:
+        raise ValueError(f"params 'seeds' must be integers separated by commas (a Hydra sweep such as 0,1,2), got {value!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"params 'seeds' must name at least one seed, each once, got {value!r}")
+    return seeds
+
+
 def run_values(runs: Path, task: str, experiment: str, seeds: list[int], metric: str) -> list[float]:
     """``metric`` (percent) of ``experiment`` for each seed; a missing run is an error."""
     values = []
@@ -120,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     params = yaml.safe_load(args.params.read_text())
-    profile, seeds = params["profile"], list(params["seeds"])
+    profile, seeds = params["profile"], parse_seeds(params["seeds"])
     run_map, labels = params["tables"]["runs"], params["tables"].get("labels", {})
     built_tables, sections, summary = [], [], {}
     for table in TABLES:

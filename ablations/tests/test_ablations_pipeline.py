@@ -34,6 +34,10 @@ def tiny_repo(tmp_path_factory):
 def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_repo):
     first = run([str(BIN / "dvc"), "repro"], tiny_repo)
     assert "Running stage 'tables'" in first
+    # one stage per experiment; its seeds are one Hydra multirun through the profile's launcher
+    assert "Running stage 'retrieval_train@synthetic_log'" in first
+    assert "Running stage 'detection_warm_start@mini_warm_start'" in first
+    assert (tiny_repo / "results" / "checkpoints" / "detection" / "mini_rambo" / "seed0" / "checkpoint.pt").is_file()
 
     for key in ("table2", "table7", "table5", "table8"):
         table = json.loads((tiny_repo / "results" / "tables" / f"{key}.json").read_text())
@@ -52,9 +56,11 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
 
     # `dvc metrics show` is a table a person can read: each run's headline numbers, nothing else
     shown = run([str(BIN / "dvc"), "metrics", "show"], tiny_repo).splitlines()
-    assert any("headline.json" in line for line in shown) and not any("summary.json" in line for line in shown)
+    assert any("results/headlines/detection/mini_rambo/seed0.json" in line for line in shown)
+    assert not any("summary.json" in line or "metrics.json" in line for line in shown)
     assert max(len(line) for line in shown) < 160, max(shown, key=len)
-    headline = json.loads(next((tiny_repo / "results" / "runs" / "retrieval").glob("*/seed0/headline.json")).read_text())
+    assert any("results/headlines/retrieval/synthetic_log/seed0.json" in line for line in shown), shown
+    headline = json.loads((tiny_repo / "results" / "headlines" / "retrieval" / "synthetic_log" / "seed0.json").read_text())
     assert set(headline) == {"R@1", "MAP@R", "fair_R@1"}
 
     # every learning curve renders in `dvc plots show` (retrieval's records used to break it)

@@ -116,3 +116,21 @@ def test_make_tables_builds_the_tables_from_runs_alone(tmp_path):
     recipe = subprocess.run(["make", "-n", "tables", "PY=python"], cwd=root, capture_output=True, text=True).stdout
     assert "ablations/tables.py --runs results/runs --params params.yaml --out results/tables" in recipe
     assert "dvc" not in recipe.split("ablations/tables.py")[1]
+
+
+@pytest.mark.parametrize(("value", "seeds"), [("0,1,2", [0, 1, 2]), (0, [0]), ("3", [3]), ([0, 1], [0, 1]), ("0, 5", [0, 5])])
+def test_seeds_are_the_run_stages_hydra_sweep(value, seeds):
+    assert tables.parse_seeds(value) == seeds
+
+
+@pytest.mark.parametrize("value", ["range(0,3)", "0,0", "", "a,b"])
+def test_seeds_that_are_not_a_list_of_distinct_integers_are_refused_by_name(value):
+    with pytest.raises(ValueError, match="params 'seeds'"):
+        tables.parse_seeds(value)
+
+
+@pytest.mark.parametrize("profile", sorted((Path(__file__).resolve().parents[1] / "profiles").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_profile_names_its_seeds_and_a_hydra_launcher(profile):
+    params = yaml.safe_load(profile.read_text())
+    assert tables.parse_seeds(params["seeds"])
+    assert str(params["launcher"]).split()[0] in {"hydra/launcher=joblib", "hydra/launcher=basic", "hydra/launcher=slurm"}
