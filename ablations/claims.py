@@ -141,7 +141,16 @@ def _number(value: float | None) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:+.1f}"
 
 
-def claims_markdown(rows: list[dict], profile: str, seeds: list[int]) -> str:
+def claims_markdown(rows: list[dict], profile: str, seeds: list[int], machines: str = "",
+                    second: dict | None = None) -> str:  # fmt: skip
+    """The claims table; ``machines``: where the runs came from; ``second``: the profile's
+    ``tables.second_draw`` (``label``, ``machines``), whose per-claim results the rows carry
+    (``row["second_draw"]``): one more column, the verdict on that draw and whether it agrees."""
+    header = "| claim | paper | paper difference | this profile (mean per seed) | difference [95% interval] | verdict |"
+    rule = "|---|---|---|---|---|---|"
+    if second:
+        header += " second draw: difference [95% interval], verdict | same verdict in both draws? |"
+        rule += "---|---|"
     lines = [
         "### Claims of the paper, tested on this profile",
         "",
@@ -150,9 +159,11 @@ def claims_markdown(rows: list[dict], profile: str, seeds: list[int]) -> str:
         "its sampled batches). A claim *holds* when the interval lies above 0, is *contradicted* when it lies below, "
         "and is *not resolved* otherwise. Bias rows: the first value is the larger bias, so a positive difference "
         "means the bias shrank.",
+        *(["", machines] if machines else []),
+        *(["", f"Second draw ({second['label']}): {second['machines']}"] if second else []),
         "",
-        "| claim | paper | paper difference | this profile (mean per seed) | difference [95% interval] | verdict |",
-        "|---|---|---|---|---|---|",
+        header,
+        rule,
     ]
     for row in rows:
         paper = " vs ".join("-" if v is None else f"{v:.1f}" for v in row["paper"])
@@ -161,6 +172,12 @@ def claims_markdown(rows: list[dict], profile: str, seeds: list[int]) -> str:
         a, b = row["values"]
         mine = " vs ".join(f"{statistics.fmean(v):.1f}" if isinstance(v, list) else f"{v:.1f}" for v in (a, b))
         low, high = row["interval"]
-        lines.append(f"| {row['claim']} | {paper} | {_number(row['paper_difference'])} | {mine} | "
-                     f"{row['difference']:+.1f} [{_number(low)}, {_number(high)}] | {row['verdict']} |")  # fmt: skip
+        line = (f"| {row['claim']} | {paper} | {_number(row['paper_difference'])} | {mine} | "
+                f"{row['difference']:+.1f} [{_number(low)}, {_number(high)}] | {row['verdict']} |")  # fmt: skip
+        if second:
+            other = row["second_draw"]
+            other_low, other_high = other["interval"]
+            line += (f" {other['difference']:+.1f} [{_number(other_low)}, {_number(other_high)}], {other['verdict']} |"
+                     f" {'yes' if other['same_verdict'] else 'no'} |")  # fmt: skip
+        lines.append(line)
     return "\n".join(lines) + "\n"

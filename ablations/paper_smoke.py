@@ -25,6 +25,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 GENERATED = ("results", "figures/out", "data", "dvc.lock", "params.yaml")  # made by the pipeline, not copied
+KEPT = ("results/draws",)  # under GENERATED but an input: the committed runs of other machines (tables' second draw)
 
 
 def copy_repository(destination: Path, profile: str) -> Path:
@@ -37,7 +38,7 @@ def copy_repository(destination: Path, profile: str) -> Path:
     if destination.exists():
         shutil.rmtree(destination)
     for name in filter(None, listed.split("\0")):
-        if any(name == g or name.startswith(f"{g}/") for g in GENERATED):
+        if any(name == g or name.startswith(f"{g}/") for g in GENERATED) and not name.startswith(tuple(f"{k}/" for k in KEPT)):
             continue
         source = REPO / name
         if source.is_file():

@@ -7,7 +7,10 @@ profile's ``tables.runs`` in params.yaml says which experiment fills which paper
 writes ``<out>/<table>.md`` and ``<out>/<table>.json`` for every table of ``paper_numbers.TABLES``,
 ``<out>/tables.md`` with all of them, ``<out>/claims.{md,json}`` (the paper's qualitative claims,
 paired by seed with 95% intervals: :mod:`claims`; ``--figure2`` adds Fig. 2's bias claims) and
-``<out>/summary.json``. With
+``<out>/summary.json``. The tables and the claims name the machines their runs came from (each
+run's ``provenance``: :mod:`rambo.harness.provenance`). A profile's ``tables.second_draw`` (the
+same runs made again on other CPU kernels or thread counts, committed under ``results/draws/``)
+adds a column to the claims: the verdict on that draw, and whether it is the same. With
 ``--wandb-mode`` other than ``disabled``, an aggregate W&B run mirrors the tables (the files stay the
 primary copy). A cell whose dataset the profile does not run says so; a cell whose runs are missing
 is an error, so a broken pipeline cannot produce a quietly empty table.
@@ -16,6 +19,7 @@ is an error, so a broken pipeline cannot produce a quietly empty table.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import statistics
 import sys
@@ -23,6 +27,7 @@ from pathlib import Path
 
 import yaml
 from rambo.harness.atomic import write_text
+from rambo.harness.provenance import machine_label
 from rambo.harness.wandb_run import start_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,6 +64,26 @@ def run_values(runs: Path, task: str, experiment: str, seeds: list[int], metric:
             raise FileNotFoundError(f"missing run {task}/{experiment} seed {seed}: {path}")
         values.append(read_metric(task, json.loads(path.read_text()), metric))
     return values
+
+
+def run_machines(runs: Path, run_map: dict, seeds: list[int]) -> dict[str, int]:
+    """``{machine label: number of runs}`` over the runs the profile's tables read (each run's
+    ``metrics.json`` provenance; runs made before it was recorded count as ``not recorded``)."""
+    counts = collections.Counter()
+    for key, experiment in sorted(set((k.split("/")[0], e) for k, e in run_map.items())):
+        for seed in seeds:
+            path = runs / key / experiment / f"seed{seed}" / "metrics.json"
+            if path.is_file():
+                facts = json.loads(path.read_text()).get("provenance")
+                counts[machine_label(facts) if facts else "not recorded"] += 1
+    return dict(sorted(counts.items()))
+
+
+def machines_text(machines: dict[str, int]) -> str:
+    """``Runs made on: <label> (24 runs); <label> (3 runs).``"""
+    if not machines:
+        return "Runs made on: no run read."
+    return "Runs made on: " + "; ".join(f"{label} ({n} run{'s' if n != 1 else ''})" for label, n in machines.items()) + "."
 
 
 def collect_cell(cell: Cell, runs: Path, run_map: dict, seeds: list[int]) -> dict:
@@ -105,6 +130,31 @@ def markdown(built: dict, profile: str, labels: dict, seeds: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compare_second_draw(claims: list[dict], second: dict, run_map: dict, seeds: list[int], with_figure2: bool) -> str:
+    """Evaluate the claims again on the second draw's runs (``second["runs"]``, and its Fig. 2
+    numbers ``second["figure2"]``) and add to each claim ``second_draw``: that draw's difference,
+    interval, verdict and whether the verdict is the same. Returns the draw's machines line. A claim
+    the second draw cannot evaluate is an error: a partial draw must not read as agreement."""
+    runs = Path(second["runs"])
+    if not runs.is_dir():
+        raise FileNotFoundError(f"tables.second_draw.runs: {runs} is not a folder (see results/draws/README.md)")
+
+    def read_values(task: str, experiment: str, metric: str) -> list[float]:
+        return run_values(runs, task, experiment, seeds, metric)
+
+    figure2 = Path(second["figure2"]) if with_figure2 and second.get("figure2") else None
+    if figure2 is not None and not figure2.is_file():
+        raise FileNotFoundError(f"tables.second_draw.figure2: {figure2} is missing")
+    other = {row["claim"]: row for row in evaluate_claims(read_values, run_map) + (minibatch_bias_claims(figure2) if figure2 else [])}
+    for row in claims:
+        if row["claim"] not in other:
+            raise ValueError(f"the second draw ({runs}) has no value for the claim {row['claim']!r}")
+        match = other[row["claim"]]
+        row["second_draw"] = {"difference": match["difference"], "interval": match["interval"],
+                              "verdict": match["verdict"], "same_verdict": match["verdict"] == row["verdict"]}  # fmt: skip
+    return machines_text(run_machines(runs, run_map, seeds))
+
+
 def log_to_wandb(built_tables: list[dict], mode: str, project: str, config: dict, directory: Path) -> None:
     """An aggregate W&B run with one W&B table per paper table; the mode is decided before init
     (:func:`rambo.harness.wandb_run.decide_mode`: ``WANDB_MODE``, an API key or ``~/.netrc``)."""
@@ -134,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     params = yaml.safe_load(args.params.read_text())
     profile, seeds = params["profile"], parse_seeds(params["seeds"])
     run_map, labels = params["tables"]["runs"], params["tables"].get("labels", {})
+    machines = machines_text(run_machines(args.runs, run_map, seeds))
     built_tables, sections, summary = [], [], {}
     for table in TABLES:
         built = build_table(table, args.runs, run_map, seeds)
@@ -150,11 +201,17 @@ def main(argv: list[str] | None = None) -> None:
         return run_values(args.runs, task, experiment, seeds, metric)
 
     claims = evaluate_claims(read_values, run_map) + (minibatch_bias_claims(args.figure2) if args.figure2 else [])
-    claims_text = claims_markdown(claims, profile, seeds)
+    second = params["tables"].get("second_draw")
+    second_machines = None
+    if second:
+        second_machines = compare_second_draw(claims, second, run_map, seeds, args.figure2 is not None)
+    claims_text = claims_markdown(claims, profile, seeds, machines, second and {**second, "machines": second_machines})
     write_text(args.out / "claims.md", claims_text)
-    write_text(args.out / "claims.json", json.dumps({"profile": profile, "seeds": seeds, "claims": claims}, indent=2) + "\n")
+    record = {"profile": profile, "seeds": seeds, "machines": machines,
+              **({"second_draw": {**second, "machines": second_machines}} if second else {}), "claims": claims}  # fmt: skip
+    write_text(args.out / "claims.json", json.dumps(record, indent=2) + "\n")
     sections.append(claims_text)
-    write_text(args.out / "tables.md", f"## Reproduced tables (profile `{profile}`)\n\n" + "\n".join(sections))
+    write_text(args.out / "tables.md", f"## Reproduced tables (profile `{profile}`)\n\n{machines}\n\n" + "\n".join(sections))
     write_text(args.out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     log_to_wandb(built_tables, args.wandb_mode, args.wandb_project, {"profile": profile, "seeds": seeds}, Path.cwd())
     print(f"tables written to {args.out}/tables.md")

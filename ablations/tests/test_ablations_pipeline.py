@@ -50,6 +50,12 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
                    "fig5_landscape_evolution", "fig6_surrogate_landscapes", "table6_speed"):  # fmt: skip
         assert (tiny_repo / "figures" / "out" / f"{figure}.png").stat().st_size > 0, figure
 
+    # every run says what made it, and the tables name the machine (issue 20)
+    metrics = json.loads((tiny_repo / "results" / "runs" / "retrieval" / "synthetic_log" / "seed0" / "metrics.json").read_text())
+    assert metrics["provenance"]["profile"] == "tiny" and metrics["provenance"]["threads"] >= 1
+    assert metrics["provenance"]["device"]["cpu_capability"]
+    assert "Runs made on: " in (tiny_repo / "results" / "tables" / "tables.md").read_text()
+
     second = run([str(BIN / "dvc"), "repro"], tiny_repo)
     assert "Running stage" not in second
     assert "Data and pipelines are up to date" in second

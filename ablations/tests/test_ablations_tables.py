@@ -9,23 +9,31 @@ import yaml
 ABLATIONS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ABLATIONS))
 import tables  # noqa: E402
+from claims import CLAIMS  # noqa: E402
 from paper_numbers import TABLES  # noqa: E402
 
 
-def write_run(runs: Path, task, experiment, seed, value):
+def write_run(runs: Path, task, experiment, seed, value, provenance=None):
     path = runs / task / experiment / f"seed{seed}" / "metrics.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     if task == "retrieval":
         data = {"paper_protocol": {f"R@{k}": value for k in (1, 2, 4, 8, 10, 20, 30, 50, 100, 1000)}}
     else:
         data = {"AP50": value}
+    if provenance is not None:
+        data["provenance"] = provenance
     path.write_text(json.dumps(data))
 
 
-def fill_runs(runs: Path, run_map: dict, seeds):
+def fill_runs(runs: Path, run_map: dict, seeds, value=lambda key, seed: 0.5 + 0.1 * seed, provenance=None):
     for key, experiment in run_map.items():
         for seed in seeds:
-            write_run(runs, key.split("/")[0], experiment, seed, 0.5 + 0.1 * seed)
+            write_run(runs, key.split("/")[0], experiment, seed, value(key, seed), provenance)
+
+
+def machine(capability, threads=1):
+    return {"device": {"cpu": "Test CPU", "cpu_capability": capability}, "threads": threads,
+            "libraries": {"torch": "2.14.1"}}  # fmt: skip
 
 
 MINI_RUNS = yaml.safe_load((ABLATIONS / "profiles" / "mini.yaml").read_text())["tables"]["runs"]
@@ -50,6 +58,45 @@ def test_tables_have_mean_std_and_paper_numbers(tmp_path):
     assert "| ResNet-50, VOC 07 | 60.0 ± 10.0 (paper 74.2) | 60.0 ± 10.0 (paper 75.7) |" in table5
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["table8/CE/AP50"] == 60.0
+
+
+def test_tables_name_their_machines_and_the_claims_compare_a_second_draw(tmp_path):
+    """Issue 20: where the runs came from, and which verdicts another draw (other kernels) keeps."""
+    draw = {"runs": str(tmp_path / "draw" / "runs"), "label": "portable kernels"}
+    params = {"profile": "mini", "seeds": [0, 1, 2], "tables": {"runs": MINI_RUNS, "second_draw": draw}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    # First draw: RaMBO clearly above contrastive, the no-margin row a little below RaMBO with noise.
+    first = {"retrieval/sop/contrastive": [0.40, 0.42, 0.41], "retrieval/sop/rambo_recall_log-no_margin": [0.58, 0.64, 0.69]}
+    fill_runs(tmp_path / "runs", MINI_RUNS, [0, 1, 2], lambda key, seed: first.get(key, [0.6, 0.62, 0.7])[seed],
+              provenance=machine("AVX512"))  # fmt: skip
+    # Second draw: the same except the no-margin row, now consistently below: that verdict moves.
+    second = {**first, "retrieval/sop/rambo_recall_log-no_margin": [0.55, 0.57, 0.65]}
+    fill_runs(tmp_path / "draw" / "runs", MINI_RUNS, [0, 1, 2], lambda key, seed: second.get(key, [0.6, 0.62, 0.7])[seed],
+              provenance=machine("DEFAULT"))  # fmt: skip
+    out = tmp_path / "out"
+    tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(out)])
+    text = (out / "tables.md").read_text()
+    assert "Runs made on: Test CPU, CPU kernels AVX512, 1 thread, torch 2.14.1 (39 runs)." in text
+    claims = json.loads((out / "claims.json").read_text())
+    by_text = {row["claim"]: row for row in claims["claims"]}
+    contrastive, margin = by_text[CLAIMS[0].text], by_text[CLAIMS[1].text]
+    assert contrastive["verdict"] == "holds" and contrastive["second_draw"]["same_verdict"]
+    assert margin["verdict"] == "not resolved" and margin["second_draw"]["verdict"] == "holds"
+    assert not margin["second_draw"]["same_verdict"]
+    assert "DEFAULT" in claims["second_draw"]["machines"]
+    markdown = (out / "claims.md").read_text()
+    assert "Second draw (portable kernels): Runs made on: Test CPU, CPU kernels DEFAULT" in markdown
+    assert "same verdict in both draws?" in markdown
+    row = next(line for line in markdown.splitlines() if line.startswith(f"| {CLAIMS[1].text}"))
+    assert row.endswith("holds | no |")
+    # Identical runs give byte-identical tables (no time, no host name).
+    again = tmp_path / "again"
+    tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(again)])
+    assert all((again / p.name).read_bytes() == p.read_bytes() for p in out.iterdir())
+    # A second draw that lacks runs is an error, not agreement.
+    (tmp_path / "draw" / "runs" / "retrieval" / "synthetic_log" / "seed2" / "metrics.json").unlink()
+    with pytest.raises(FileNotFoundError, match="synthetic_log seed 2"):
+        tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(out)])
 
 
 def test_a_missing_run_is_an_error_not_an_empty_cell(tmp_path):

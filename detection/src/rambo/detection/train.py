@@ -101,7 +101,7 @@ def train(cfg: DictConfig) -> dict:
     trained = wrap_model(model, device, broadcast_buffers=False)
     run = TrainingRun(cfg, {"model": model, "optimizer": optimizer, "scheduler": scheduler},
                       extra={"train_seconds": 0.0, "train_images": 0}, is_main=setup.is_main,
-                      identity_extra=started_from)  # fmt: skip
+                      identity_extra=started_from, device=device)  # fmt: skip
     for epoch in run.epochs(schedule.epochs):
         flips = torch.Generator().manual_seed(cfg.seed * 1000 + epoch - 1 + 500 + 7919 * setup.rank)
         started = time.perf_counter()

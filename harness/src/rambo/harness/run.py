@@ -11,8 +11,10 @@ An app builds its objects (model, optimizer, scheduler, loss, ...), hands the on
     run.finish({"experiment": ..., "AP50": ...})
 
 The config keys it reads: ``seed``, ``experiment_name``, ``output_dir``, ``metrics_path``,
-``headline_path`` (optional), ``curve_path``, ``checkpoint_path``, ``resume``, ``resume_may_change``, ``max_epochs_this_run``
-and ``wandb.{mode, project, job_type}``. Only the main process writes files and talks to W&B.
+``headline_path`` (optional), ``curve_path``, ``checkpoint_path``, ``resume``, ``resume_may_change``, ``max_epochs_this_run``,
+``profile_name`` (optional) and ``wandb.{mode, project, job_type}``. Only the main process writes files and talks to W&B.
+The metrics and the W&B config carry the run's provenance (:mod:`.provenance`: code, libraries,
+machine, threads, profile).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from .atomic import write_json
 from .checkpoint import rng_states, save_checkpoint, set_rng_states
 from .distributed import barrier
+from .provenance import run_provenance
 from .resume import check_policy, checkpoint_to_resume, run_identity
 from .run_log import log_done, log_epoch
 from .wandb_run import start_run
@@ -48,17 +51,19 @@ class TrainingRun:
     depend on the machine (timings): logged and sent to W&B, kept out of the curve file, which
     DVC tracks and which must not change when an unchanged run is made again. ``identity_extra``:
     facts outside the config that make a run another run (e.g. the MD5 of the weights it starts
-    from), added to the identity a resumed checkpoint must match.
+    from), added to the identity a resumed checkpoint must match. ``device``: where the run
+    computes, for its provenance (build it after the thread count is set).
     """
 
     def __init__(self, cfg: DictConfig, stateful: Mapping, extra: dict | None = None, is_main: bool = True,
                  summary_keys: tuple[str, ...] | None = None, untracked_keys: tuple[str, ...] = (),
-                 identity_extra: Mapping | None = None):  # fmt: skip
+                 identity_extra: Mapping | None = None, device=None):  # fmt: skip
         check_policy(cfg.resume)
         self.summary_keys, self.untracked_keys = summary_keys, frozenset(untracked_keys)
         self.cfg, self.stateful, self.is_main = cfg, dict(stateful), is_main
         self.config = OmegaConf.to_container(cfg, resolve=True)
         self.identity = {**run_identity(self.config, cfg.resume_may_change), **dict(identity_extra or {})}
+        self.provenance = run_provenance(cfg.get("profile_name"), device)
         self.checkpoint_path = Path(cfg.checkpoint_path)
         self.epoch, self.curve, self.extra, wandb_id = 0, [], dict(extra or {}), None
         state = checkpoint_to_resume(self.checkpoint_path, cfg.resume, self.identity, set_aside=is_main,
@@ -73,7 +78,8 @@ class TrainingRun:
         if is_main:
             self.wandb = start_run(
                 cfg.wandb.mode, cfg.wandb.project, group=cfg.experiment_name, name=f"{cfg.experiment_name}-seed{cfg.seed}",
-                config=self.config, directory=cfg.output_dir, job_type=cfg.wandb.get("job_type", "train"), run_id=wandb_id,
+                config={**self.config, "provenance": self.provenance}, directory=cfg.output_dir,
+                job_type=cfg.wandb.get("job_type", "train"), run_id=wandb_id,
             )  # fmt: skip
 
     def epochs(self, total: int) -> Iterator[int]:
@@ -106,10 +112,12 @@ class TrainingRun:
         write_json(self.cfg.curve_path, homogeneous(tracked))
 
     def finish(self, metrics: dict, headline: Mapping | None = None, log_extra: Mapping | None = None) -> dict:
-        """Write the curve (also when a resumed run had no epoch left), ``metrics`` and, at
+        """Write the curve (also when a resumed run had no epoch left), ``metrics`` (with the run's
+        ``provenance`` added: the machine of this invocation, which finished the run) and, at
         ``headline_path``, the ``headline`` numbers (what ``dvc metrics show`` lists: a few
         machine-independent numbers per run); close W&B; log the headline and ``log_extra``
         (e.g. throughput, which belongs in the log, not in tracked files)."""
+        metrics = {**metrics, "provenance": self.provenance}
         if self.is_main:
             self._write_curve()
             write_json(self.cfg.metrics_path, metrics)

@@ -116,7 +116,8 @@ def train(cfg: DictConfig) -> dict:
     trained = wrap_model(model, device)
     stateful = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "loss": loss_fn}
     run = TrainingRun(cfg, stateful, extra={"history": []}, is_main=setup.is_main,
-                      summary_keys=("loss", "lr", "test/R@1", "validation/R@1", "seconds"), untracked_keys=("seconds",))
+                      summary_keys=("loss", "lr", "test/R@1", "validation/R@1", "seconds"), untracked_keys=("seconds",),
+                      device=device)
     history = run.extra["history"]
     for epoch in run.epochs(cfg.epochs):
         started = time.perf_counter()

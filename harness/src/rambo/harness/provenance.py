@@ -1,0 +1,103 @@
+"""What made a run: the code (project versions, git commit and whether its sources were edited), the
+libraries, the machine (CPU model and torch's CPU kernel capability, or the GPU), the thread count
+and the profile. Every run's ``metrics.json`` and W&B config carry it (:mod:`.run`), and the
+tables name the machines their runs came from: floating-point results differ between CPU kernels
+(``ATEN_CPU_CAPABILITY``: ``default``, ``avx2``, ``avx512``) and thread counts, so a number is only
+fully described with them.
+
+Nothing here holds a time or a host name: two identical runs on one machine record the same facts.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+DISTRIBUTIONS = ("rambo-core", "rambo-harness", "rambo-retrieval", "rambo-detection")
+LIBRARIES = ("torch", "torchvision", "numpy")
+# The folders of the repository whose edits change what a run computes (the sub-projects' code and
+# configs); results/, figures/out/ and dvc.lock change *because* runs ran, and do not count.
+SOURCE_FOLDERS = ("core", "harness", "retrieval", "detection")
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@functools.lru_cache(maxsize=None)
+def git_state(source_file: str | None = None) -> dict | None:
+    """``{"commit", "dirty"}`` of the git checkout that *tracks* this package's source file (an
+    editable install), or ``None`` (a wheel in site-packages, a copy without git; a ``.venv`` inside
+    a checkout is not tracked by it, so a wheel installed there is not mistaken for the checkout).
+    ``dirty``: uncommitted changes under :data:`SOURCE_FOLDERS`."""
+    path = Path(source_file or __file__).resolve()
+    top = _git(["rev-parse", "--show-toplevel"], path.parent)
+    if top is None or _git(["ls-files", "--error-unmatch", str(path)], path.parent) is None:
+        return None
+    commit = _git(["rev-parse", "HEAD"], Path(top))
+    folders = [f for f in SOURCE_FOLDERS if (Path(top) / f).is_dir()]
+    status = _git(["status", "--porcelain", "--untracked-files=no", "--", *folders], Path(top))
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (``/proc/cpuinfo`` on Linux), else what :mod:`platform` says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def device_facts(device: torch.device | str | None = None) -> dict:
+    """The CPU (model, architecture, torch's kernel capability) and, for a CUDA device, the GPU."""
+    facts = {"type": "cpu", "cpu": cpu_model(), "machine": platform.machine(),
+             "cpu_capability": torch.backends.cpu.get_cpu_capability()}  # fmt: skip
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda":
+        facts.update(type="cuda", gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda)
+    return facts
+
+
+def machine_label(provenance: dict) -> str:
+    """One line naming where a run computed, e.g. ``Intel(R) Xeon(R) Processor, CPU kernels AVX512,
+    1 thread, torch 2.14.1``: what the tables list (the commit is left out: the same machine at
+    another commit computes the same)."""
+    device = provenance.get("device", {})
+    where = device.get("gpu") or device.get("cpu", "unknown CPU")
+    threads = provenance.get("threads")
+    thread_text = f"{threads} thread{'s' if threads != 1 else ''}" if threads is not None else "threads unknown"
+    torch_version = provenance.get("libraries", {}).get("torch")
+    return f"{where}, CPU kernels {device.get('cpu_capability', 'unknown')}, {thread_text}, torch {torch_version}"
+
+
+def run_provenance(profile: str | None = None, device: torch.device | str | None = None) -> dict:
+    """Everything above for a run of ``profile`` on ``device`` (the thread count read now: call it
+    after the app set it)."""
+    return {
+        "project": {name: _version(name) for name in DISTRIBUTIONS if _version(name) is not None},
+        "git": git_state(),
+        "libraries": {name: _version(name) for name in LIBRARIES},
+        "python": platform.python_version(),
+        "device": device_facts(device),
+        "threads": torch.get_num_threads(),
+        "profile": profile,
+    }

@@ -1,0 +1,78 @@
+"""Provenance: what made a run, in its metrics.json and W&B config (issue 20)."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rambo.harness import provenance
+from rambo.harness.provenance import git_state, machine_label, run_provenance
+from rambo.harness.run import TrainingRun
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_provenance_names_code_libraries_machine_threads_and_profile():
+    facts = run_provenance("mini")
+    assert facts["profile"] == "mini" and facts["threads"] == torch.get_num_threads()
+    assert facts["libraries"]["torch"].split("+")[0] == torch.__version__.split("+")[0]
+    assert set(facts["libraries"]) == {"torch", "torchvision", "numpy"}
+    assert facts["project"]["rambo-harness"]
+    assert facts["device"]["type"] == "cpu" and facts["device"]["cpu"]
+    assert facts["device"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    json.dumps(facts)  # JSON as it is: it goes into metrics.json and the W&B config
+
+
+def test_the_commit_is_the_checkout_that_tracks_the_code():
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("a source tree without git (git_state is None there: the next test)")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    from rambo.harness import run
+
+    state = git_state(run.__file__)
+    assert state is not None and state["commit"] == head and isinstance(state["dirty"], bool)
+
+
+def test_a_copy_outside_git_or_untracked_in_a_checkout_has_no_commit(tmp_path):
+    copy = tmp_path / "site-packages" / "provenance.py"
+    copy.parent.mkdir()
+    shutil.copy(provenance.__file__, copy)
+    assert git_state(str(copy)) is None
+    if shutil.which("git") and (REPO / ".git").exists():
+        # a wheel installed into a .venv inside the checkout: the file lies under the checkout, untracked
+        untracked = REPO / "build" / "provenance-test" / "provenance.py"
+        untracked.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copy(provenance.__file__, untracked)
+            assert git_state(str(untracked)) is None
+        finally:
+            shutil.rmtree(untracked.parent)
+
+
+def test_machine_label_names_the_kernels_and_threads():
+    facts = {"device": {"cpu": "Some CPU", "cpu_capability": "AVX2"}, "threads": 1, "libraries": {"torch": "2.14.1"}}
+    assert machine_label(facts) == "Some CPU, CPU kernels AVX2, 1 thread, torch 2.14.1"
+    gpu = {"device": {"cpu": "Some CPU", "gpu": "NVIDIA H200", "cpu_capability": "AVX512"}, "threads": 8,
+           "libraries": {"torch": "2.14.1"}}  # fmt: skip
+    assert machine_label(gpu) == "NVIDIA H200, CPU kernels AVX512, 8 threads, torch 2.14.1"
+
+
+def test_every_run_records_its_provenance_in_metrics_json(tmp_path):
+    cfg = OmegaConf.create({
+        "seed": 0, "experiment_name": "toy", "output_dir": str(tmp_path), "metrics_path": f"{tmp_path}/metrics.json",
+        "curve_path": f"{tmp_path}/curve.json", "checkpoint_path": f"{tmp_path}/checkpoint.pt", "resume": False,
+        "resume_may_change": ["resume", "wandb"], "max_epochs_this_run": None, "profile_name": "tiny",
+        "wandb": {"mode": "disabled", "project": "p"},
+    })  # fmt: skip
+    model = torch.nn.Linear(2, 1)
+    run = TrainingRun(cfg, {"model": model})
+    for epoch in run.epochs(1):
+        run.end_epoch({"epoch": epoch, "loss": 0.5}, 1)
+    run.finish({"value": 1})
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert written["value"] == 1 and written["provenance"]["profile"] == "tiny"
+    assert written["provenance"] == run_provenance("tiny")  # no time, no host: identical runs record the same
