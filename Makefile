@@ -19,7 +19,7 @@ PROFILE ?= mini
 BENCH_ARGS ?=
 FORCE_PROFILE ?=
 
-.PHONY: help install test test-slow test-mmdet docs bench gpu-check reproduce paper-smoke figures tables
+.PHONY: help install test test-slow test-kernels test-mmdet docs bench gpu-check reproduce paper-smoke figures tables
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -38,6 +38,9 @@ test: install ## run every sub-project's tests (the README's test command; CI ru
 
 test-slow: install ## run the tests marked slow as well
 	$(PY) -m pytest $(TEST_DIRS)
+
+test-kernels: install ## the tests that assert outcomes of training or float arithmetic (marker `outcome`), again on torch's portable CPU kernels and on one thread; CI runs it after `make test`
+	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(PY) -m pytest -m "outcome and not slow" $(TEST_DIRS)
 
 $(MMDET_STAMP): environments/mmdet/requirements.txt core/pyproject.toml harness/pyproject.toml detection/pyproject.toml
 	@test -n "$(PYTHON_MMDET)" || { echo "error: the mmdetection environment needs Python 3.10 (mmcv's compiled ops exist for it): install it or set PYTHON_MMDET=/path/to/python3.10"; exit 1; }

@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> None:
     sections.append(claims_text)
     write_text(args.out / "tables.md", f"## Reproduced tables (profile `{profile}`)\n\n{machines}\n\n" + "\n".join(sections))
     write_text(args.out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    log_to_wandb(built_tables, args.wandb_mode, args.wandb_project, {"profile": profile, "seeds": seeds}, Path.cwd())
+    log_to_wandb(built_tables, args.wandb_mode, args.wandb_project, {"profile": profile, "seeds": seeds, "machines": machines},
+                 Path.cwd())
     print(f"tables written to {args.out}/tables.md")
 
 

@@ -105,6 +105,7 @@ def test_zero_gradient_when_the_ranking_is_already_perfect(name):
     assert torch.equal(scores.grad, torch.zeros(1, 5))
 
 
+@pytest.mark.outcome
 @pytest.mark.parametrize("name, lam", [("ap", 0.5), ("recall_log", 4.0), ("recall_log", 0.2), ("recall_loglog", 0.2)])
 def test_gradient_steps_raise_the_true_metric(name, lam):
     """With Table 9's lambdas, plain gradient steps on the raw scores improve the exact metric."""

@@ -86,6 +86,7 @@ def test_rank_classifier_loss_ranks_object_logits():
         loss(logits[:, :3], labels)
 
 
+@pytest.mark.outcome
 def test_gradient_reaches_object_logits_only_and_lowers_the_loss():
     generator = torch.Generator().manual_seed(2)
     logits = torch.randn(40, 5, generator=generator, requires_grad=True)

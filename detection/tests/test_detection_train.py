@@ -128,37 +128,49 @@ def test_resume_continues_to_the_same_result(data_root, tmp_path):
     assert len(restarted["history"]) == 1
 
 
-def rank_loss_training_run(folder: Path, iterations: int, seed: int = 0):
-    """Tiny detector trained with the RaMBO loss; mAP (area) measured on its own training images."""
+def rank_loss_training_run(folder: Path, steps: int, seed: int = 0):
+    """Tiny detector, randomly initialised, overfitting one fixed batch of 4 synthetic training images
+    with the RaMBO loss (no augmentation, no shuffling: the only randomness left is the seeded
+    initialisation and RoI sampling); per-step classifier losses and mAP (area) on those images."""
     torch.manual_seed(seed)
-    data = generate(folder, seed=seed, num_trainval=8, num_test=1, image_size=64)
-    model_cfg = compose_config(["experiment=tiny_rambo"]).model
-    loss_cfg = compose_config(["experiment=tiny_rambo"]).loss
-    detector = build_detector(model_cfg, loss_cfg, len(SYNTHETIC_CLASSES))
-    train_set = VOCDetectionDataset(data, "trainval", SYNTHETIC_CLASSES, train=True)
-    eval_set = VOCDetectionDataset(data, "trainval", SYNTHETIC_CLASSES, train=False)
+    data = generate(folder, seed=seed, num_trainval=4, num_test=1, image_size=64)
+    experiment = compose_config(["experiment=tiny_rambo"])
+    detector = build_detector(experiment.model, experiment.loss, len(SYNTHETIC_CLASSES))
+    images_set = VOCDetectionDataset(data, "trainval", SYNTHETIC_CLASSES, train=False)
+    images, targets = collate_detection([images_set[i] for i in range(len(images_set))])
+    targets = [{"boxes": t["boxes"], "labels": t["labels"]} for t in targets]
     optimizer = torch.optim.SGD(detector.parameters(), lr=0.02, momentum=0.9)
-    loader = torch.utils.data.DataLoader(train_set, batch_size=4, shuffle=True, collate_fn=collate_detection,
-                                         generator=torch.Generator().manual_seed(seed))
-    map_before = evaluate_voc(*collect_detections(detector, eval_set, torch.device("cpu")), len(SYNTHETIC_CLASSES))["map"]
-    classifier_losses = []
-    while len(classifier_losses) < iterations:
-        for images, targets in loader:
-            detector.train()
-            losses = detector(images, [{"boxes": t["boxes"], "labels": t["labels"]} for t in targets])
-            optimizer.zero_grad()
-            sum(losses.values()).backward()
-            optimizer.step()
-            classifier_losses.append(losses["loss_classifier"].item())
-    map_after = evaluate_voc(*collect_detections(detector, eval_set, torch.device("cpu")), len(SYNTHETIC_CLASSES))["map"]
-    return classifier_losses, map_before, map_after
+
+    def mean_ap() -> float:
+        return evaluate_voc(*collect_detections(detector, images_set, torch.device("cpu")), len(SYNTHETIC_CLASSES))["map"]
+
+    map_before, classifier_losses = mean_ap(), []
+    for _ in range(steps):
+        detector.train()
+        losses = detector(images, targets)
+        optimizer.zero_grad()
+        sum(losses.values()).backward()
+        optimizer.step()
+        classifier_losses.append(losses["loss_classifier"].item())
+    return classifier_losses, map_before, mean_ap()
 
 
+@pytest.mark.outcome
 def test_rank_loss_trains(tmp_path):
-    losses, map_before, map_after = rank_loss_training_run(tmp_path, iterations=30)
-    # Measured: 0.98 -> 0.83 (the loss lies in [0, 1]) and mAP 0.0 -> 0.10 on the 8 training images.
-    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.07
-    assert map_after > map_before + 0.05
+    """The detector learns with the RaMBO loss: it overfits a fixed batch.
+
+    Before (issue 20) this trained 30 shuffled, flipped iterations on 8 images and asserted an mAP
+    gain of 0.05: a gain of 0.009 to 0.08 over seeds 0-3 (portable kernels), and at seed 0 of
+    0.017 on an AMD EPYC, 0.076 on the portable kernels and 0.10 with AVX-512 here: noise. Overfitting one fixed batch for 40 steps is far from
+    that. Measured in 20 runs (seeds 0-4 under ATEN_CPU_CAPABILITY default, avx2 and avx512 at
+    one thread, seeds 0-1 at two): the classifier loss (in [0, 1], mean of 5 steps) fell from
+    0.91-0.97 to 0.45-0.69, by at least 0.26, and the mAP rose from <= 0.004 to 0.34-0.76, by at
+    least 0.34; the thresholds are under half of the smallest change measured.
+    """
+    losses, map_before, map_after = rank_loss_training_run(tmp_path, steps=40)
+    assert all(0.0 <= value <= 1.0 for value in losses)
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.1
+    assert map_after > map_before + 0.15
 
 
 def test_missing_voc_data_says_how_to_download(tmp_path):

@@ -89,6 +89,7 @@ def test_flat_fraction_counts_equal_neighbours():
     assert flat_fraction(values) == pytest.approx(3 / 7)
 
 
+@pytest.mark.outcome
 def test_fig1_script_writes_figure_and_numbers(run_script):
     out = run_script("fig1_landscape.py", "--resolution", "40", "--lams", "0.002", "0.02")
     assert_figure_written(out, "fig1_landscape")

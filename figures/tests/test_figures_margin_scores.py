@@ -53,6 +53,7 @@ def _synthetic_dump(path, separation, spread, seed):
     return scores, relevant
 
 
+@pytest.mark.outcome
 def test_fig3_script_summarises_both_runs(run_script, tmp_path):
     # Without margin: positives and negatives crowd together; with margin: separated (paper Fig. 3).
     flat, flat_relevant = _synthetic_dump(tmp_path / "no_margin.npz", separation=0.1, spread=0.05, seed=0)

@@ -59,6 +59,7 @@ def test_estimate_with_memory_is_the_map_of_the_last_tau_plus_one_batches(tau):
     assert estimates.tolist() == pytest.approx(expected, abs=1e-12)
 
 
+@pytest.mark.outcome
 def test_fig2_estimate_is_optimistic_for_small_batches_and_memory_reduces_the_bias(run_script):
     out = run_script("fig2_minibatch_map.py", "--items", "400", "--classes", "5", "--batch-sizes", "4", "16", "64", "256",
                      "--batches", "60", "--tau", "3")

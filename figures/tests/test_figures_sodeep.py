@@ -42,6 +42,7 @@ def test_load_sorter_explains_a_missing_checkpoint(tmp_path):
         load_sorter(tmp_path / "sodeep_sorter.pt")
 
 
+@pytest.mark.outcome
 def test_training_lowers_the_loss_and_fig6_draws_all_surrogates(run_script, tmp_path):
     out = run_script("train_sodeep.py", "--length", "20", "--steps", "40", "--batch", "32", "--hidden", "8",
                      "--layers", "1", "--lr", "0.01")
@@ -60,6 +61,7 @@ def test_training_lowers_the_loss_and_fig6_draws_all_surrogates(run_script, tmp_
         assert numbers["flat_fraction"][surrogate] < numbers["flat_fraction"]["true"]
 
 
+@pytest.mark.outcome
 def test_fig5_evolution_tends_to_the_true_loss(run_script):
     out = run_script("fig5_landscape_evolution.py", "--lams", "0.001", "0.01", "0.1", "--bins", "3", "12", "48",
                      "--resolution", "40")

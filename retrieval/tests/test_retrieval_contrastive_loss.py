@@ -32,6 +32,7 @@ def test_matches_loop_over_pairs(dtype):
         assert float(got) == pytest.approx(float(expected), rel=1e-5)
 
 
+@pytest.mark.outcome
 def test_gradient_pulls_positives_together():
     embeddings = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]], requires_grad=True)
     labels = torch.tensor([0, 0, 1])

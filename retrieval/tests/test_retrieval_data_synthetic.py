@@ -70,6 +70,7 @@ def test_same_seed_same_files_other_seed_other_files(tmp_path):
     assert len(changed) == 24 * 4
 
 
+@pytest.mark.outcome
 def test_images_vary_within_a_class_and_classes_are_separable(tmp_path):
     sizes = dict(num_classes=40, images_per_class=6, image_size=32)
     root = generate_synthetic(tmp_path / "s", seed=0, show_progress=False, **sizes)
