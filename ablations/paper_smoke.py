@@ -93,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "build" / "paper-smoke", help="scratch folder")
     parser.add_argument("--profile", default="paper-smoke")
     args = parser.parse_args(argv)
+    # The paper experiments must be the paper's before they are smoke-run (ablations/paper_settings.yaml).
+    import paper_settings
+
+    if paper_settings.main([]) != 0:
+        print("FAILED: the paper profile's settings drifted from the ledger (above)", file=sys.stderr)
+        return 1
     repo = copy_repository(args.out / "repo", args.profile)
     started = time.monotonic()
     archives = write_stand_ins(repo / "data" / "stand-in")

@@ -1,0 +1,170 @@
+"""The paper-settings ledger (``ablations/paper_settings.yaml``), checked against the configs the
+paper profile composes (issue 21).
+
+    python ablations/paper_settings.py            # every entry of every paper experiment; exit 1 on drift
+
+For every paper experiment (retrieval: ``experiment=<row> profile=paper``; detection:
+``experiment=<row>``, which picks its own profile) the ledger's entries that apply to it
+(``common``, then each group whose ``applies_to`` globs match, then ``experiments.<row>``; a
+later entry of the same key replaces an earlier one) are compared with the resolved config:
+
+* an entry holds when the resolved value equals its ``value``;
+* an entry with ``status: open`` is a known defect not fixed yet: the resolved value must equal
+  its ``current`` (so the ledger still notices when it changes, fixed or not) and it is listed
+  as open;
+* an entry with ``in_config: false`` is decided in code, not in a config key: listed, not compared.
+
+Anything else, and a key the config does not have, is drift: the check fails and names it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+LEDGER = Path(__file__).resolve().parent / "paper_settings.yaml"
+MISSING = object()
+# The paper experiments of each app, as globs over its configs/experiment/ files, and the overrides
+# that compose them the way the paper profile's stages do.
+APPS = {
+    "retrieval": (("sop_*", "cub_*", "inshop_*"), ("profile=paper",)),
+    "detection": (("table5_*", "table8_*"), ()),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    app: str
+    experiment: str
+    key: str
+    kind: str  # "drift", "missing", "open", "code"
+    resolved: object
+    expected: object
+    source: str
+
+    def line(self) -> str:
+        if self.kind == "code":
+            return f"{self.app}/{self.experiment}: {self.key} (in code, not a config key): {self.expected!r} [{self.source}]"
+        if self.kind == "missing":
+            return f"{self.app}/{self.experiment}: {self.key} is not in the composed config (ledger: {self.expected!r}) [{self.source}]"
+        verb = "open, still" if self.kind == "open" else "resolves to"
+        return f"{self.app}/{self.experiment}: {self.key} {verb} {self.resolved!r}, ledger {self.expected!r} [{self.source}]"
+
+
+def load_ledger(path: Path = LEDGER) -> dict:
+    ledger = yaml.safe_load(path.read_text())
+    for app in APPS:
+        if app not in ledger:
+            raise ValueError(f"{path}: no '{app}' section")
+    return ledger
+
+
+def entries_for(section: dict, experiment: str) -> dict[str, dict]:
+    """The entries that apply to ``experiment``, by key (later ones replace earlier ones)."""
+    entries: dict[str, dict] = {}
+    for entry in section.get("common", []):
+        entries[entry["key"]] = entry
+    for group in section.get("groups", []):
+        if any(fnmatch.fnmatch(experiment, pattern) for pattern in group["applies_to"]):
+            for entry in group["entries"]:
+                entries[entry["key"]] = entry
+    for entry in (section.get("experiments") or {}).get(experiment, []):
+        entries[entry["key"]] = entry
+    return entries
+
+
+def same(resolved, expected) -> bool:
+    """Equal, numbers up to float rounding (a YAML 3e-6 against a config's 3.0e-06)."""
+    numbers = (int, float)
+    if isinstance(resolved, bool) or isinstance(expected, bool):
+        return type(resolved) is type(expected) and resolved == expected
+    if isinstance(resolved, numbers) and isinstance(expected, numbers):
+        return math.isclose(resolved, expected, rel_tol=1e-12, abs_tol=0.0)
+    if isinstance(resolved, list) and isinstance(expected, list):
+        return len(resolved) == len(expected) and all(same(r, e) for r, e in zip(resolved, expected))
+    return resolved == expected
+
+
+def experiments_of(app: str) -> list[str]:
+    import importlib
+
+    configs = Path(importlib.import_module(f"rambo.{app}").__file__).parent / "configs" / "experiment"
+    patterns, _ = APPS[app]
+    return sorted({p.stem for pattern in patterns for p in configs.glob(f"{pattern}.yaml")})
+
+
+def compose_experiment(app: str, experiment: str, extra: tuple[str, ...] = ()) -> dict:
+    """The resolved config of one paper experiment, as a plain dict."""
+    import importlib
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    configs = Path(importlib.import_module(f"rambo.{app}").__file__).parent / "configs"
+    overrides = [f"experiment={experiment}", *APPS[app][1], *extra, "output_dir=/nonexistent/ledger-check"]
+    with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def select(config: dict, key: str):
+    value = config
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return MISSING
+        value = value[part]
+    return value
+
+
+def check(ledger: dict, compose=compose_experiment) -> list[Finding]:
+    """Every finding of every paper experiment; ``compose(app, experiment)`` gives its config."""
+    findings = []
+    for app in APPS:
+        section = ledger[app]
+        experiments = experiments_of(app)
+        covered = set(section.get("experiments_covered", []))
+        for experiment in sorted(set(experiments) ^ covered):
+            where = "has no ledger entry list" if experiment in experiments else "is not a paper experiment of the app"
+            findings.append(Finding(app, experiment, "experiments_covered", "drift", None, None, f"the experiment {where}"))
+        for experiment in experiments:
+            config = compose(app, experiment)
+            for key, entry in entries_for(section, experiment).items():
+                source = str(entry.get("source", "no source")).strip()
+                if entry.get("in_config", True) is False:
+                    findings.append(Finding(app, experiment, key, "code", None, entry["value"], source))
+                    continue
+                resolved = select(config, key)
+                if resolved is MISSING:
+                    findings.append(Finding(app, experiment, key, "missing", None, entry["value"], source))
+                elif entry.get("status") == "open":
+                    kind = "open" if same(resolved, entry["current"]) else "drift"
+                    expected = entry["value"] if kind == "open" else entry["current"]
+                    findings.append(Finding(app, experiment, key, kind, resolved, expected, source))
+                elif not same(resolved, entry["value"]):
+                    findings.append(Finding(app, experiment, key, "drift", resolved, entry["value"], source))
+    return findings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ledger", type=Path, default=LEDGER)
+    parser.add_argument("--show-open", action="store_true", help="also list the open entries and those decided in code")
+    args = parser.parse_args(argv)
+    findings = check(load_ledger(args.ledger))
+    drift = [f for f in findings if f.kind in ("drift", "missing")]
+    opened = [f for f in findings if f.kind == "open"]
+    for finding in drift + (opened + [f for f in findings if f.kind == "code"] if args.show_open else []):
+        print(finding.line())
+    print(f"ledger check: {len(drift)} drifted, {len(opened)} open (known, not fixed yet), "
+          f"{sum(f.kind == 'code' for f in findings)} decided in code")  # fmt: skip
+    return 1 if drift else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
