@@ -3,6 +3,7 @@
 import json
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,8 @@ def test_a_copy_outside_git_or_untracked_in_a_checkout_has_no_commit(tmp_path):
     assert git_state(str(copy)) is None
     if shutil.which("git") and (REPO / ".git").exists():
         # a wheel installed into a .venv inside the checkout: the file lies under the checkout, untracked
-        untracked = REPO / "build" / "provenance-test" / "provenance.py"
-        untracked.parent.mkdir(parents=True, exist_ok=True)
+        (REPO / "build").mkdir(exist_ok=True)
+        untracked = Path(tempfile.mkdtemp(prefix="provenance-test-", dir=REPO / "build")) / "provenance.py"
         try:
             shutil.copy(provenance.__file__, untracked)
             assert git_state(str(untracked)) is None
