@@ -91,22 +91,25 @@ def same(resolved, expected) -> bool:
     return resolved == expected
 
 
-def experiments_of(app: str) -> list[str]:
+def config_dir(app: str) -> Path:
+    """The Hydra config folder of ``rambo.<app>``."""
     import importlib
 
-    configs = Path(importlib.import_module(f"rambo.{app}").__file__).parent / "configs" / "experiment"
+    return Path(importlib.import_module(f"rambo.{app}").__file__).parent / "configs"
+
+
+def experiments_of(app: str) -> list[str]:
+    configs = config_dir(app) / "experiment"
     patterns, _ = APPS[app]
     return sorted({p.stem for pattern in patterns for p in configs.glob(f"{pattern}.yaml")})
 
 
 def compose_experiment(app: str, experiment: str, extra: tuple[str, ...] = ()) -> dict:
     """The resolved config of one paper experiment, as a plain dict."""
-    import importlib
-
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    configs = Path(importlib.import_module(f"rambo.{app}").__file__).parent / "configs"
+    configs = config_dir(app)
     overrides = [f"experiment={experiment}", *APPS[app][1], *extra, "output_dir=/nonexistent/ledger-check"]
     with initialize_config_dir(config_dir=str(configs), version_base="1.3"):
         cfg = compose("train", overrides=overrides)

@@ -70,9 +70,9 @@ def run_machines(runs: Path, run_map: dict, seeds: list[int]) -> dict[str, int]:
     """``{machine label: number of runs}`` over the runs the profile's tables read (each run's
     ``metrics.json`` provenance; runs made before it was recorded count as ``not recorded``)."""
     counts = collections.Counter()
-    for key, experiment in sorted(set((k.split("/")[0], e) for k, e in run_map.items())):
+    for task, experiment in sorted(set((key.split("/")[0], e) for key, e in run_map.items())):
         for seed in seeds:
-            path = runs / key / experiment / f"seed{seed}" / "metrics.json"
+            path = runs / task / experiment / f"seed{seed}" / "metrics.json"
             if path.is_file():
                 facts = json.loads(path.read_text()).get("provenance")
                 counts[machine_label(facts) if facts else "not recorded"] += 1
