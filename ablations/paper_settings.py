@@ -15,6 +15,10 @@ later entry of the same key replaces an earlier one) are compared with the resol
 * an entry with ``in_config: false`` is decided in code, not in a config key: listed, not compared.
 
 Anything else, and a key the config does not have, is drift: the check fails and names it.
+
+Every entry with a ``deviation`` (a setting the project deliberately does differently) names its
+row of the README's deviations table (``readme_row``, the row's first cell); a row that is not
+there fails the check as well, so the table cannot lose a deviation the ledger keeps.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from pathlib import Path
 import yaml
 
 LEDGER = Path(__file__).resolve().parent / "paper_settings.yaml"
+README = Path(__file__).resolve().parents[1] / "README.md"
+DEVIATIONS_HEADING = "## Deviations from the paper and the authors' code"
 MISSING = object()
 # The paper experiments of each app, as globs over its configs/experiment/ files, and the overrides
 # that compose them the way the paper profile's stages do.
@@ -154,19 +160,62 @@ def check(ledger: dict, compose=compose_experiment) -> list[Finding]:
     return findings
 
 
+def all_entries(ledger: dict):
+    """``(app, entry)`` for every entry of the ledger (common, groups, experiments)."""
+    for app in APPS:
+        section = ledger[app]
+        for entry in section.get("common", []):
+            yield app, entry
+        for group in section.get("groups", []):
+            for entry in group["entries"]:
+                yield app, entry
+        for entries in (section.get("experiments") or {}).values():
+            for entry in entries:
+                yield app, entry
+
+
+def readme_deviation_rows(readme: str) -> set[str]:
+    """The first cells of the rows of the README's deviations table."""
+    if DEVIATIONS_HEADING not in readme:
+        raise ValueError(f"the README has no section {DEVIATIONS_HEADING!r}")
+    section = readme.split(DEVIATIONS_HEADING, 1)[1].split("\n#", 1)[0]
+    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("|")]
+    return {row for row in rows[2:]}  # after the header and its rule
+
+
+def missing_deviation_rows(ledger: dict, readme: str) -> list[str]:
+    """One line per ledger deviation whose README row is missing (or which names none)."""
+    rows, problems = readme_deviation_rows(readme), []
+    for app, entry in all_entries(ledger):
+        if "deviation" not in entry:
+            continue
+        row = entry.get("readme_row")
+        if row is None:
+            problems.append(f"{app}: {entry['key']} keeps a deviation but names no readme_row")
+        elif row not in rows:
+            problems.append(f"{app}: {entry['key']} keeps a deviation; the README's deviations table has no row {row!r}")
+    return sorted(set(problems))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ledger", type=Path, default=LEDGER)
+    parser.add_argument("--readme", type=Path, default=README, help="whose deviations table must hold the ledger's deviations")
     parser.add_argument("--show-open", action="store_true", help="also list the open entries and those decided in code")
     args = parser.parse_args(argv)
-    findings = check(load_ledger(args.ledger))
+    ledger = load_ledger(args.ledger)
+    findings = check(ledger)
+    rows = missing_deviation_rows(ledger, args.readme.read_text())
+    for line in rows:
+        print(line)
     drift = [f for f in findings if f.kind in ("drift", "missing")]
     opened = [f for f in findings if f.kind == "open"]
     for finding in drift + (opened + [f for f in findings if f.kind == "code"] if args.show_open else []):
         print(finding.line())
     print(f"ledger check: {len(drift)} drifted, {len(opened)} open (known, not fixed yet), "
-          f"{sum(f.kind == 'code' for f in findings)} decided in code")  # fmt: skip
-    return 1 if drift else 0
+          f"{sum(f.kind == 'code' for f in findings)} decided in code; "
+          f"{sum('deviation' in e for _, e in all_entries(ledger))} deviations kept, {len(rows)} missing from the README")  # fmt: skip
+    return 1 if drift or rows else 0
 
 
 if __name__ == "__main__":

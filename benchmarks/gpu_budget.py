@@ -30,20 +30,30 @@ TRAIN_IMAGES = {
 
 @dataclass(frozen=True)
 class Experiment:
-    """One paper experiment: which gpu-check step stands for it, its data and epochs (and the source)."""
+    """One paper experiment: which gpu-check step stands for it, its data, epochs and images per
+    epoch (and their sources)."""
 
     name: str
     step: str  # "retrieval_step", "recall_k_step", or a detection_step experiment name
     dataset: str
     epochs: int
     epochs_source: str
+    images_per_epoch: int | None = None  # None: one pass over the training split
+    epoch_source: str = "one pass over the training split"
 
 
 EXPERIMENTS = (
-    Experiment("sop_log, sop_loglog, ablations", "retrieval_step", "sop", 80, "App. A: at most 80 epochs"),
+    Experiment("sop_log, sop_loglog, ablations", "retrieval_step", "sop", 80, "App. A: at most 80 epochs",
+               660 * 128, "660 batches of 128: 66 super-label pairs x 10 (FastAP's epoch, data.sampler.epoch_length)"),
     Experiment("cub_log, cub_loglog, ablations", "retrieval_step", "cub", 80, "App. A"),
-    Experiment("inshop_log, inshop_loglog, ablations", "retrieval_step", "inshop", 80, "App. A"),
-    Experiment("sop_recallk(_simix)", "recall_k_step", "sop", 55, "Recall@k code, src/main.py (sop: 55)"),
+    Experiment("inshop_log, inshop_loglog, ablations", "retrieval_step", "inshop", 80, "App. A",
+               1012 * 128, "at most 1,012 batches of 128: 253 super-label pairs x 4"),
+    Experiment("sop_recallk(_simix)", "recall_k_step", "sop", 55, "Recall@k code, src/main.py (sop: 55)",
+               14 * 4000, "14 batches of 4,000 (59,551 // 4,000)"),
+    Experiment("cub_recallk(_simix)", "recall_k_step", "cub", 40, "Recall@k code (cub: 40); rate measured at batch 4,000",
+               14 * 400, "14 batches of 400"),
+    Experiment("inshop_recallk(_simix)", "recall_k_step", "inshop", 55, "SOP's (no In-shop setting in the Recall@k code)",
+               6 * 4000, "6 batches of 4,000"),
     Experiment("table5_r50_voc07_rambo, table8_*", "table5_r50_voc07_rambo", "voc07", 12, "Sec. 5.2: 12 epochs"),
     Experiment("table5_r50_voc07_ce", "table5_r50_voc07_ce", "voc07", 12, "Sec. 5.2"),
     Experiment("table5_r50_voc0712_rambo", "table5_r50_voc07_rambo", "voc0712", 12, "Sec. 5.2"),
@@ -71,11 +81,13 @@ def budget(check: dict) -> list[dict]:
     rates = step_rates(check)
     rows = []
     for experiment in EXPERIMENTS:
-        images = TRAIN_IMAGES[experiment.dataset] * experiment.epochs
+        per_epoch = experiment.images_per_epoch or TRAIN_IMAGES[experiment.dataset]
+        images = per_epoch * experiment.epochs
         rate = rates.get(experiment.step)
         hours = None if rate is None else images / rate["images_per_second"] / 3600
         rows.append({"experiment": experiment.name, "dataset": experiment.dataset, "epochs": experiment.epochs,
-                     "epochs_source": experiment.epochs_source, "training_images": images,
+                     "epochs_source": experiment.epochs_source, "images_per_epoch": per_epoch,
+                     "epoch_source": experiment.epoch_source, "training_images": images,
                      "images_per_second": None if rate is None else rate["images_per_second"],
                      "peak_gib": None if rate is None else rate["peak_gib"], "hours": hours})  # fmt: skip
     return rows
@@ -87,18 +99,20 @@ def markdown(rows: list[dict], check: dict) -> str:
         f"Training time per run on one {meta.get('device_name', 'GPU')} (torch {meta.get('torch', '?')}, "
         f"`make gpu-check` of {meta.get('date', '?')}), from the measured step throughput:",
         "",
-        "| experiment | data (train images) | epochs | images/s measured | peak GiB | hours per run |",
-        "|---|---|---|---|---|---|",
+        "| experiment | data (train images) | images per epoch | epochs | images/s measured | peak GiB | hours per run |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         rate = "not measured" if row["images_per_second"] is None else f"{row['images_per_second']:.0f}"
         peak = "-" if row["peak_gib"] is None else f"{row['peak_gib']:.1f}"
-        hours = "not measured" if row["hours"] is None else f"{row['hours']:.1f}"
+        hours = "not measured" if row["hours"] is None else f"{row['hours']:.2f}"
         lines.append(f"| {row['experiment']} | {row['dataset']} ({TRAIN_IMAGES[row['dataset']]:,}) | "
+                     f"{row['images_per_epoch']:,} ({row['epoch_source']}) | "
                      f"{row['epochs']} ({row['epochs_source']}) | {rate} | {peak} | {hours} |")  # fmt: skip
     lines += [
         "",
-        "Assumptions: one pass over the training split per epoch at the measured rate of the training "
+        "Assumptions: the images per epoch above (the configs' epochs: the super-label sampler's "
+        "FastAP epoch, m-per-class batches of the Recall@k rows) at the measured rate of the training "
         "step alone (random inputs made in memory: retrieval's on the GPU, detection's copied from "
         "host memory each step; no decoding, augmentation or data loader, no evaluation, no "
         "checkpointing); every paper epoch run in full (the paper reports the best evaluation of "

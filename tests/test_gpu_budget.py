@@ -26,14 +26,16 @@ def test_hours_are_images_times_epochs_over_the_measured_rate():
     ))  # fmt: skip
     by_name = {row["experiment"]: row for row in rows}
     sop = by_name["sop_log, sop_loglog, ablations"]
-    assert sop["hours"] == pytest.approx(59_551 * 80 / 1000.0 / 3600)
+    assert sop["hours"] == pytest.approx(660 * 128 * 80 / 1000.0 / 3600)  # FastAP's epoch: 66 pairs x 10 batches
+    cub = by_name["cub_log, cub_loglog, ablations"]
+    assert cub["hours"] == pytest.approx(5_864 * 80 / 1000.0 / 3600)  # one pass
     voc = by_name["table5_r50_voc0712_rambo"]
     assert voc["hours"] == pytest.approx(16_551 * 12 / 50.0 / 3600)
     # what gpu-check did not measure is said, not extrapolated
     assert by_name["sop_recallk(_simix)"]["hours"] is None
     assert by_name["table5_r101_voc0712_*, table5_x101_voc0712_*"]["hours"] is None
     text = gpu_budget.markdown(rows, check())
-    assert "| sop_recallk(_simix) | sop (59,551) | 55" in text and "not measured" in text
+    assert "| sop_recallk(_simix) | sop (59,551) | 56,000 (14 batches of 4,000" in text and "not measured" in text
 
 
 def test_the_committed_h200_run_gives_a_table_and_a_toy_run_is_refused(tmp_path, capsys):

@@ -27,27 +27,49 @@ def test_every_paper_experiment_matches_the_ledger():
     assert not drift, "the paper profile drifted from ablations/paper_settings.yaml:\n" + "\n".join(drift)
 
 
-def test_the_recall_at_k_batch_size_bug_fails_the_check_once_its_entry_is_not_marked_open():
-    """profile/paper.yaml's batch_size 128 overrides the Recall@k rows' 4000 (issue 21): the
-    ledger catches it (today the entry is marked open, a known defect)."""
-    ledger = load_ledger()
-    for group in ledger["retrieval"]["groups"]:
-        if group["name"] == "recallk_sop":
-            [entry] = [e for e in group["entries"] if e["key"] == "batch_size"]
-            entry.pop("status", None)
-    findings = check(ledger, compose=cached_compose)
+def test_a_profile_that_overrides_an_experiments_batch_size_fails_the_check(tmp_path, monkeypatch):
+    """The bug of issue 21: profile/paper.yaml set ``batch_size: 128``, and the profile is composed
+    after the experiment, so the Recall@k rows' 4000 became 128. Put the line back (in a copy of
+    the configs) and the ledger names every row it breaks."""
+    import shutil
+
+    configs = tmp_path / "configs"
+    shutil.copytree(paper_settings.config_dir("retrieval"), configs)
+    paper = configs / "profile" / "paper.yaml"
+    paper.write_text(paper.read_text() + "batch_size: 128\n")
+    real = paper_settings.config_dir
+    monkeypatch.setattr(paper_settings, "config_dir", lambda app: configs if app == "retrieval" else real(app))
+    findings = check(load_ledger(), compose=lambda app, experiment: composed(app, experiment) if app == "detection"
+                     else paper_settings.compose_experiment(app, experiment))  # fmt: skip
     lines = [f.line() for f in findings if f.kind == "drift"]
-    assert any(line.startswith("retrieval/sop_recallk: batch_size resolves to 128, ledger 4000") for line in lines), lines
+    for row, batch in (("sop_recallk", 4000), ("sop_recallk_simix", 4000), ("cub_recallk", 400), ("inshop_recallk_simix", 4000)):
+        assert any(line.startswith(f"retrieval/{row}: batch_size resolves to 128, ledger {batch}") for line in lines), lines
+    assert not any(line.startswith("retrieval/sop_log:") for line in lines)  # 128 is the RaMBO rows' own (App. A)
 
 
-def test_a_fixed_open_entry_is_drift_too_until_the_ledger_says_so():
+def test_an_open_entry_whose_config_changed_is_drift_too():
     """An open entry's ``current`` must be what the config holds: a fix (or another change) shows."""
     ledger = load_ledger()
     [entry] = [e for e in ledger["retrieval"]["common"] if e["key"] == "validation_fraction"]
-    assert entry.get("status") == "open" and entry["current"] == 0.2
-    entry["current"] = 0.1
+    entry.update(status="open", current=0.2, value=0.0)  # as it stood before the fix
     lines = [f.line() for f in check(ledger, compose=cached_compose) if f.kind == "drift"]
-    assert "retrieval/sop_log: validation_fraction resolves to 0.2, ledger 0.1" in "\n".join(lines)
+    assert "retrieval/sop_log: validation_fraction resolves to 0.0, ledger 0.2" in "\n".join(lines)
+
+
+def test_every_kept_deviation_has_its_row_in_the_readme_table():
+    ledger = load_ledger()
+    readme = paper_settings.README.read_text()
+    assert paper_settings.missing_deviation_rows(ledger, readme) == []
+    kept = [entry for _, entry in paper_settings.all_entries(ledger) if "deviation" in entry]
+    assert len(kept) >= 10
+    # A row taken out of the table is named.
+    without = readme.replace("| Detection batches |", "| (removed) |")
+    assert paper_settings.missing_deviation_rows(ledger, without) == [
+        "detection: data.batch_grouping keeps a deviation; the README's deviations table has no row 'Detection batches'"
+    ]
+    # A deviation that names no row is named too.
+    kept[0].pop("readme_row")
+    assert any("names no readme_row" in line for line in paper_settings.missing_deviation_rows(ledger, readme))
 
 
 def test_every_entry_names_a_source_and_open_entries_their_current_value():

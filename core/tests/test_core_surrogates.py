@@ -26,6 +26,8 @@ CASES = {
     "recall@k": (lambda: RecallAtKSurrogate(), bf.recall_at_k_surrogate_row, {}),
     "recall@k small tau": (lambda: RecallAtKSurrogate(ks=(1, 3), tau1=0.1, tau2=0.5), bf.recall_at_k_surrogate_row,
                            {"ks": (1, 3), "tau1": 0.1, "tau2": 0.5}),
+    "recall@k tau2 per k": (lambda: RecallAtKSurrogate(ks=(1, 2, 4), tau2=(1, 2, 4)), bf.recall_at_k_surrogate_row,
+                            {"ks": (1, 2, 4), "tau2": (1, 2, 4)}),
     "smooth-ap": (lambda: SmoothAPLoss(0.05), bf.smooth_ap_row, {"tau": 0.05}),
     "fast-ap": (lambda: FastAPLoss(10), bf.fast_ap_row, {}),
     "fast-ap 4 bins": (lambda: FastAPLoss(4, (-2.0, 1.0)), bf.fast_ap_row, {"bins": 4, "lo": -2.0, "hi": 1.0}),
@@ -178,6 +180,8 @@ def test_simix_in_eval_mode_adds_no_mixes():
     [
         (lambda: RecallAtKSurrogate(ks=(0, 1)), "ks"),
         (lambda: RecallAtKSurrogate(tau1=0), "temperature"),
+        (lambda: RecallAtKSurrogate(ks=(1, 2), tau2=(1, 2, 4)), "one temperature per k"),
+        (lambda: RecallAtKSurrogate(ks=(1, 2), tau2=(1, 0)), "temperature"),
         (lambda: SmoothAPLoss(tau=-1), "tau"),
         (lambda: FastAPLoss(bins=0), "bins"),
         (lambda: FastAPLoss(score_range=(1, -1)), "score_range"),

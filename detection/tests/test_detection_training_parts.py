@@ -39,3 +39,34 @@ def test_epoch_batches_depend_on_seed_and_epoch_and_shard_over_processes():
     # the one-process order is the one DataLoader(shuffle=True, generator=...) draws (the mini tables' runs)
     reference = torch.utils.data.DataLoader(list(range(10)), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3 * 1000 + 1))
     assert [batch.tolist() for batch in reference] == batches(2)
+
+
+class _Quadratic(torch.nn.Module):
+    """A "detector" whose loss is ``scale * sum(w^2)``: its gradient norm is known."""
+
+    def __init__(self, scale: float):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.full((4,), 1.0))
+        self.scale = scale
+
+    def forward(self, images, targets):
+        return {"loss_quadratic": self.scale * (self.weight**2).sum()}
+
+
+def _one_step(clip):
+    from rambo.detection.engine import train_one_epoch
+
+    model = _Quadratic(100.0)  # gradient 200 per entry: 2-norm 400
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    batch = ([torch.zeros(3, 4, 4)], [{"boxes": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64)}])
+    train_one_epoch(model, [batch], optimizer, scheduler, "cpu", torch.Generator().manual_seed(0), 1, grad_clip_max_norm=clip)
+    return 1.0 - model.weight.detach()  # lr x the (clipped) gradient
+
+
+def test_gradient_clipping_bounds_the_step_to_max_norm():
+    """The paper profile's mmdetection recipe clips the gradient's 2-norm at 35 (schedule.grad_clip_max_norm)."""
+    unclipped, clipped = _one_step(None), _one_step(35.0)
+    assert torch.allclose(unclipped, torch.full((4,), 0.2))  # 0.001 x 200
+    assert torch.allclose(clipped.norm(), torch.tensor(0.001 * 35.0), rtol=1e-5)
+    assert torch.allclose(clipped / clipped.norm(), unclipped / unclipped.norm())  # direction kept

@@ -170,3 +170,39 @@ def test_super_label_sampler_skips_pairs_too_small_for_a_batch():
 def test_super_label_sampler_rejects_bad_input(labels, super_labels, message):
     with pytest.raises(ValueError, match=message):
         SuperLabelBatchSampler(labels, super_labels, 12, 4, 2)
+
+
+def test_halves_split_takes_half_the_classes_from_each_super_label():
+    """FastAP's train_hard.m: 'equal # of imgs from both meta-class' (ablations/paper_settings.yaml)."""
+    labels, super_labels = make_labels(num_classes=60)
+    sampler = SuperLabelBatchSampler(labels, super_labels, 32, 4, 3, seed=1, batches_per_epoch=30, split="halves")
+    for k, batch in enumerate(sampler):
+        check_batch_shape(batch, labels, 8, 4)
+        per_super = Counter(int(super_labels[i]) for i in batch)
+        assert len(per_super) == 2 and set(per_super.values()) == {16}, (k, per_super)  # 4 classes x 4 each
+    # The union split on the same data draws unequal halves at times (the project's old default).
+    union = SuperLabelBatchSampler(labels, super_labels, 32, 4, 3, seed=1, batches_per_epoch=30)
+    assert any(set(Counter(int(super_labels[i]) for i in b).values()) != {16} for b in union)
+
+
+def test_halves_split_skips_pairs_with_a_super_label_too_small_for_its_half():
+    # 6 classes per batch: 3 from each super-label. Super-label 0 has 2 classes, 1 and 2 have 4.
+    labels = np.repeat(np.arange(10), 4)
+    super_labels = np.repeat([0, 0, 1, 1, 1, 1, 2, 2, 2, 2], 4)
+    assert SuperLabelBatchSampler(labels, super_labels, 24, 4, 2, split="halves").pairs == [(1, 2)]
+    assert SuperLabelBatchSampler(labels, super_labels, 24, 4, 2).pairs == [(0, 1), (0, 2), (1, 2)]
+    with pytest.raises(ValueError, match="even number of classes per batch"):
+        SuperLabelBatchSampler(labels, super_labels, 12, 4, 2, split="halves")
+    with pytest.raises(ValueError, match="split must be"):
+        SuperLabelBatchSampler(labels, super_labels, 24, 4, 2, split="thirds")
+
+
+def test_an_epoch_of_every_super_pair_is_pairs_times_batches_per_pair():
+    """FastAP's epoch: numPairs x batchesPerMetaPair batches (SOP: C(12, 2) x 10 = 660)."""
+    labels, super_labels = make_labels(num_classes=60)  # 5 super-labels: 10 pairs
+    sampler = SuperLabelBatchSampler(labels, super_labels, 16, 4, 3, batches_per_epoch="every_super_pair", split="halves")
+    assert len(sampler.pairs) == 10 and len(sampler) == len(list(sampler)) == 30
+    runs = [frozenset(int(super_labels[i]) for b in list(sampler)[k : k + 3] for i in b) for k in range(0, 30, 3)]
+    assert len(set(runs)) == 10  # every pair once per epoch
+    with pytest.raises(ValueError, match="every_super_pair"):
+        SuperLabelBatchSampler(labels, super_labels, 16, 4, 3, batches_per_epoch="all")

@@ -290,7 +290,7 @@ class RaMBOAPLoss(RankLossAdapter):
 class RecallAtKSurrogateLoss(RankLossAdapter):
     """:class:`rambo.core.RecallAtKSurrogate` as a PML loss; PML options as keyword arguments."""
 
-    def __init__(self, ks=(1, 2, 4, 8, 16), tau1: float = 0.01, tau2: float = 1.0, **kwargs):
+    def __init__(self, ks=(1, 2, 4, 8, 16), tau1: float = 0.01, tau2=1.0, **kwargs):
         super().__init__(RecallAtKSurrogate(ks, tau1, tau2), **kwargs)
 
 

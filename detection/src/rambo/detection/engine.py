@@ -15,9 +15,12 @@ AP_METHODS = ("area", "11point")
 
 
 def train_one_epoch(model, loader, optimizer, scheduler, device, flips: torch.Generator, iterations: int,
-                    show_progress: bool = False, description: str = "") -> tuple[dict, int]:  # fmt: skip
+                    show_progress: bool = False, description: str = "",
+                    grad_clip_max_norm: float | None = None) -> tuple[dict, int]:  # fmt: skip
     """At most ``iterations`` steps over ``loader`` (``(images, targets)`` batches), random
-    horizontal flips drawn from ``flips``, the learning rate stepped every iteration.
+    horizontal flips drawn from ``flips``, the learning rate stepped every iteration, and the
+    gradient's 2-norm over all parameters clipped at ``grad_clip_max_norm`` when given (as
+    mmdetection's ``optimizer_config.grad_clip``).
 
     Returns ``({loss name: mean over the steps}, images seen)``; a non-finite loss is a
     ``FloatingPointError`` naming the step and each loss term.
@@ -36,6 +39,8 @@ def train_one_epoch(model, loader, optimizer, scheduler, device, flips: torch.Ge
             raise FloatingPointError(f"non-finite loss at {description}, step {step}: { {k: float(v) for k, v in losses.items()} }")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if grad_clip_max_norm is not None:
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], grad_clip_max_norm)
         optimizer.step()
         scheduler.step()
         images_seen += len(images)

@@ -106,7 +106,8 @@ def train(cfg: DictConfig) -> dict:
         flips = torch.Generator().manual_seed(cfg.seed * 1000 + epoch - 1 + 500 + 7919 * setup.rank)
         started = time.perf_counter()
         means, images = train_one_epoch(trained, epoch_loader(cfg, train_set, epoch, setup.rank, setup.world_size), optimizer,
-                                        scheduler, device, flips, iterations, setup.is_main and cfg.progress, f"epoch {epoch}/{schedule.epochs}")  # fmt: skip
+                                        scheduler, device, flips, iterations, setup.is_main and cfg.progress, f"epoch {epoch}/{schedule.epochs}",
+                                        schedule.get("grad_clip_max_norm"))  # fmt: skip
         run.extra["train_seconds"] += time.perf_counter() - started
         run.extra["train_images"] += images * world_size()
         run.end_epoch({"epoch": epoch, "loss": sum(means.values()), **means}, schedule.epochs)

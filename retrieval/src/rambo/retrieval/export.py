@@ -21,7 +21,7 @@ from rambo.harness.atomic import atomic_path
 from .checkpoint import load_trained_model
 from .datasets import load_dataset
 from .evaluate import compute_embeddings
-from .transforms import eval_transform
+from .transforms import eval_transform_of
 
 
 def _relative(paths, root: Path) -> np.ndarray:
@@ -38,7 +38,7 @@ def export(checkpoint: Path, out_dir: Path, max_queries: int = 1000, top_k: int 
     model, config = load_trained_model(checkpoint)
     data = config["data"]
     root = Path(data["root"])
-    transform = eval_transform(config["image_size"])
+    transform = eval_transform_of(config)
     if data["format"] == "inshop":
         query_set = load_dataset("inshop", root, "query", transform=transform)
         gallery_set = load_dataset("inshop", root, "gallery", transform=transform)

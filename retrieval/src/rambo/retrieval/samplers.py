@@ -162,15 +162,24 @@ class SuperLabelBatchSampler(_EpochBatchSampler):
     Paper App. A, following Cakir et al. (2019): ``batches_per_super_pair`` consecutive batches
     are drawn from the classes of one pair of super-labels (10 for SOP with 4 samples per class,
     4 for In-shop with 8), so a batch holds many hard negatives from similar products. The pairs
-    are visited in a random order each epoch; a pair whose two super-labels hold fewer than
-    ``batch_size // samples_per_class`` classes together is skipped.
+    are visited in a random order each epoch.
+
+    With ``split="halves"`` (FastAP's ``train_hard.m``: "equal # of imgs from both meta-class";
+    pytorch-metric-learning's ``HierarchicalSampler`` alike) half of a batch's classes come from
+    each super-label of the pair, and a pair in which either super-label holds fewer than half
+    the batch's classes is skipped. With ``split="union"`` the classes are drawn from the union
+    of the two, and a pair holding fewer than ``batch_size // samples_per_class`` classes
+    together is skipped.
 
     Args:
         labels: ``[n]`` class labels; each class must have a single super-label.
         super_labels: ``[n]`` super-label of every item (at least two distinct values).
-        batch_size, samples_per_class, seed, batches_per_epoch: as in :class:`MPerClassBatchSampler`;
-            the last pair of an epoch is cut short to make exactly ``batches_per_epoch`` batches.
+        batch_size, samples_per_class, seed: as in :class:`MPerClassBatchSampler`.
         batches_per_super_pair: consecutive batches per pair of super-labels.
+        batches_per_epoch: default ``n // batch_size`` (about one pass); ``"every_super_pair"``:
+            ``batches_per_super_pair`` batches of every usable pair (FastAP's epoch: 66 x 10 = 660
+            for SOP). The last pair of an epoch is cut short to make exactly this many batches.
+        split: ``"halves"`` or ``"union"`` (above).
     """
 
     def __init__(
@@ -181,9 +190,21 @@ class SuperLabelBatchSampler(_EpochBatchSampler):
         samples_per_class: int,
         batches_per_super_pair: int,
         seed: int = 0,
-        batches_per_epoch: int | None = None,
+        batches_per_epoch: int | str | None = None,
+        split: str = "union",
     ):
-        super().__init__(labels, batch_size, samples_per_class, seed, batches_per_epoch)
+        if split not in ("halves", "union"):
+            raise ValueError(f"split must be 'halves' or 'union', got {split!r}")
+        if batches_per_epoch not in (None, "every_super_pair") and isinstance(batches_per_epoch, str):
+            raise ValueError(f"batches_per_epoch must be an integer, None or 'every_super_pair', got {batches_per_epoch!r}")
+        every_pair = batches_per_epoch == "every_super_pair"
+        super().__init__(labels, batch_size, samples_per_class, seed, None if every_pair else batches_per_epoch)
+        self.split = split
+        if split == "halves" and self.classes_per_batch % 2:
+            raise ValueError(
+                f"split='halves' needs an even number of classes per batch, got {self.classes_per_batch} "
+                f"(batch_size {batch_size} / samples_per_class {samples_per_class})"
+            )
         self.super_labels = _as_labels(super_labels, "super_labels")
         if self.super_labels.shape != self.labels.shape:
             raise ValueError(f"got {len(self.labels)} labels but {len(self.super_labels)} super_labels")
@@ -201,30 +222,44 @@ class SuperLabelBatchSampler(_EpochBatchSampler):
         if len(self.classes_of_super) < 2:
             raise ValueError("super-label batches need at least 2 distinct super-labels")
         supers = sorted(self.classes_of_super)
+        size = {a: len(self.classes_of_super[a]) for a in supers}
+        half = self.classes_per_batch // 2
         self.pairs = [
             (a, b)
             for i, a in enumerate(supers)
             for b in supers[i + 1 :]
-            if len(self.classes_of_super[a]) + len(self.classes_of_super[b]) >= self.classes_per_batch
+            if (min(size[a], size[b]) >= half if split == "halves" else size[a] + size[b] >= self.classes_per_batch)
         ]
         if not self.pairs:
+            needs = f"{half} classes in each of its super-labels" if split == "halves" else f"{self.classes_per_batch} classes"
             raise ValueError(
-                f"no pair of super-labels holds {self.classes_per_batch} classes "
+                f"no pair of super-labels holds {needs} "
                 f"(batch_size {batch_size} / samples_per_class {samples_per_class}); lower the batch size"
             )
+        if every_pair:
+            self.batches_per_epoch = len(self.pairs) * self.batches_per_super_pair
 
     def __iter__(self) -> Iterator[list[int]]:
         rng = np.random.default_rng([self.seed, self.epoch])
         builder = _BatchBuilder(self.labels, self.samples_per_class, rng)
         pair_order = _PermutationWalk(np.arange(len(self.pairs)), rng)
-        class_walks: dict[int, _PermutationWalk] = {}
+        class_walks: dict = {}
         produced = 0
         while produced < self.batches_per_epoch:
             (pair,) = pair_order.take(1)
             first, second = self.pairs[pair]
-            if pair not in class_walks:
-                pair_classes = np.concatenate([self.classes_of_super[first], self.classes_of_super[second]])
-                class_walks[pair] = _PermutationWalk(pair_classes, rng)
             for _ in range(min(self.batches_per_super_pair, self.batches_per_epoch - produced)):
-                yield builder.batch(class_walks[pair].take(self.classes_per_batch))
+                if self.split == "halves":
+                    half = self.classes_per_batch // 2
+                    classes = [c for super_label in (first, second) for c in self._walk(class_walks, super_label, rng).take(half)]
+                else:
+                    classes = self._walk(class_walks, (first, second), rng).take(self.classes_per_batch)
+                yield builder.batch(classes)
                 produced += 1
+
+    def _walk(self, walks: dict, key, rng: np.random.Generator) -> _PermutationWalk:
+        """The class walk of one super-label (``halves``) or of a pair's union (``union``)."""
+        if key not in walks:
+            supers = key if isinstance(key, tuple) else (key,)
+            walks[key] = _PermutationWalk(np.concatenate([self.classes_of_super[s] for s in supers]), rng)
+        return walks[key]

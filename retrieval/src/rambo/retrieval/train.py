@@ -40,7 +40,7 @@ from .engine import evaluate, select_protocols, train_one_epoch
 from .in_memory_dataset import InMemoryImageDataset
 from .model import build_model
 from .samplers import MPerClassBatchSampler, SuperLabelBatchSampler
-from .transforms import eval_transform, train_transform
+from .transforms import eval_transform_of, train_transform
 from .validation_split import split_validation_classes
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -56,8 +56,11 @@ def build_splits(cfg: DictConfig) -> dict:
     if data.get("generate") is not None:
         generate_synthetic(data.root, **data.generate, show_progress=False)
     in_memory = data.get("in_memory", False)
-    test_transform = eval_transform(cfg.image_size)
-    augmentation = PILToTensor() if in_memory else train_transform(cfg.image_size)
+    test_transform = eval_transform_of(cfg)
+    kinds = cfg.augmentation
+    if in_memory and kinds.train != "random_resized_crop":
+        raise ValueError(f"data.in_memory augments a batch at a time with random_resized_crop only; got augmentation.train={kinds.train!r}")
+    augmentation = PILToTensor() if in_memory else train_transform(cfg.image_size, kinds.min_scale, kinds.train)
     full_train = load_dataset(data.format, data.root, "train", transform=augmentation)
     train, validation = split_validation_classes(full_train, cfg.validation_fraction, cfg.seed, test_transform)
     splits = {"train": train, "validation": validation}
@@ -71,7 +74,7 @@ def build_splits(cfg: DictConfig) -> dict:
 def train_collate(cfg: DictConfig):
     """The training loader's ``collate_fn``: the batched augmentation with ``data.in_memory``,
     else ``None`` (torch's default; the dataset augments each image)."""
-    return BatchTrainAugmentation(cfg.image_size).collate if cfg.data.get("in_memory", False) else None
+    return BatchTrainAugmentation(cfg.image_size, cfg.augmentation.min_scale).collate if cfg.data.get("in_memory", False) else None
 
 
 def build_batch_sampler(cfg: DictConfig, train_set) -> torch.utils.data.Sampler:
@@ -80,7 +83,8 @@ def build_batch_sampler(cfg: DictConfig, train_set) -> torch.utils.data.Sampler:
     if sampler.name == "super_label" and train_set.super_labels is not None:
         return SuperLabelBatchSampler(
             train_set.labels, train_set.super_labels, cfg.batch_size, sampler.samples_per_class,
-            sampler.batches_per_super_pair, seed=cfg.seed, batches_per_epoch=cfg.steps_per_epoch,
+            sampler.batches_per_super_pair, seed=cfg.seed,
+            batches_per_epoch=cfg.steps_per_epoch or sampler.get("epoch_length"), split=sampler.get("split", "union"),
         )  # fmt: skip
     if sampler.name not in ("super_label", "m_per_class"):
         raise ValueError(f"data.sampler.name must be 'super_label' or 'm_per_class', got {sampler.name!r}")
