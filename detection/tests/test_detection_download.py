@@ -57,6 +57,12 @@ def test_pinned_archives_are_the_official_ones():
     assert ARCHIVES["voc2007-test"].filename == "VOCtest_06-Nov-2007.tar"
     assert all(a.urls[0].startswith("https://thor.robots.ox.ac.uk/pascal/VOC/") and len(a.md5) == 32 for a in ARCHIVES.values())
     assert all(a.urls[0].endswith("/" + a.filename) and a.extract for a in ARCHIVES.values())
+    # Two more servers of the same tars, tried in turn; one pinned MD5 decides for all of them.
+    assert all(len(a.urls) == 3 and all(url.endswith("/" + a.filename) for url in a.urls) for a in ARCHIVES.values())
+    assert ARCHIVES["voc2012-trainval"].urls[1:] == (
+        "http://host.robots.ox.ac.uk/pascal/VOC/voc2012/VOCtrainval_11-May-2012.tar",
+        "https://pjreddie.com/media/files/VOCtrainval_11-May-2012.tar",
+    )
     assert {name: a.ready for name, a in ARCHIVES.items()} == {
         "voc2007-trainval": "VOCdevkit/VOC2007/ImageSets/Main/trainval.txt",
         "voc2007-test": "VOCdevkit/VOC2007/ImageSets/Main/test.txt",

@@ -24,9 +24,11 @@ def test_each_dataset_is_prepared_where_the_runs_read_it(tmp_path, capsys):
     assert data_stage.main("prog", "d", configs, ("a", "b"), prepare_one,
                            ["--data-dir", "/d", "--data", "a", "b", "--no-verify", "--mirror", "/m", "--archives", "/k",
                             "--", "data.size=5"]) == 0  # fmt: skip
-    source = data_stage.Source(verify=False, mirror="/m", archive_dir=Path("/k"))
+    # --no-verify no longer turns pinned checksums off (issue 21): it is ignored, and says so.
+    source = data_stage.Source(verify=True, mirror="/m", archive_dir=Path("/k"))
     assert seen == [("a", "/d/a", 5, source), ("b", "/d/b", 5, source)]
-    assert capsys.readouterr().out.split() == ["/d/a", "/d/b"]
+    captured = capsys.readouterr()
+    assert captured.out.split() == ["/d/a", "/d/b"] and "--no-verify is ignored" in captured.err
 
 
 def test_a_failed_download_is_one_clean_error_line(tmp_path, capsys):

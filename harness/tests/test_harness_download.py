@@ -12,6 +12,7 @@ import stat
 import tarfile
 import urllib.error
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -272,16 +273,75 @@ def test_a_hand_placed_archive_is_verified_and_extracted(tmp_path, urlopen_fails
     assert not (root / "CUB/images.txt").exists()
 
 
-def test_unpinned_files_need_verify_false(tmp_path, capsys):
+def test_unpinned_files_are_used_with_a_warning_and_their_md5(tmp_path, capsys):
+    """In-shop publishes no checksum: its files are fetched, and the user is told they are unverified."""
     data = tar_bytes(CUB)
     source = served(tmp_path, "CUB.tgz", data)
     root = tmp_path / "data"
-    with pytest.raises(DownloadError, match="no pinned checksum is known for CUB.tgz"):
-        ensure_dataset(root, [cub_spec((source.as_uri(),), None)], show_progress=False)
-    assert not root.exists()  # refused before anything was fetched
-    ensure_dataset(root, [cub_spec((source.as_uri(),), None)], verify=False, show_progress=False)
+    ensure_dataset(root, [cub_spec((source.as_uri(),), None)], show_progress=False, homepage="https://example.org/cub")
     assert (root / "CUB/images.txt").exists()
-    assert f"CUB.tgz: MD5 {md5(data)} (not verified)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "warning: CUB.tgz have no published checksum: they are used unverified" in err and "https://example.org/cub" in err
+    assert f"CUB.tgz: MD5 {md5(data)} (not verified)" in err
+    # A copy put there by hand is used as well, and its MD5 printed.
+    (root / "CUB").rename(tmp_path / "moved")
+    ensure_dataset(root, [cub_spec(("https://example.invalid/CUB.tgz",), None)], show_progress=False)
+    assert f"CUB.tgz: MD5 {md5(data)} (not verified: no pinned checksum)" in capsys.readouterr().err
+
+
+def test_dataset_files_are_found_in_their_official_layouts(tmp_path, capsys):
+    """A dataset's own download folder (e.g. In-shop's Drive folder: Img/img.zip, Eval/list.txt) is
+    used where it lies: a marker there means in place; an archive there is extracted into its folder."""
+    root = tmp_path / "data"
+    (root / "Eval").mkdir(parents=True)
+    (root / "Eval/list.txt").write_text("index")
+    zipped = root / "Img/img.zip"
+    zipped.parent.mkdir()
+    with zipfile.ZipFile(zipped, "w") as archive:
+        archive.writestr("img/a.jpg", b"jpeg")
+    files = [
+        DatasetFile("list.txt", ("https://example.invalid/list.txt",), None, False, "list.txt", found_at=("Eval/list.txt",)),
+        DatasetFile("img.zip", ("https://example.invalid/img.zip",), md5(zipped.read_bytes()), True, "img",
+                    found_at=("Img/img",), archive_at=("Img/img.zip",)),
+    ]  # fmt: skip
+    assert ensure_dataset(root, files, show_progress=False) == [root / "Eval/list.txt", root / "Img/img"]
+    assert (root / "Img/img/a.jpg").read_bytes() == b"jpeg" and not (root / "img").exists()
+    assert f"found {root / 'Eval/list.txt'}" in capsys.readouterr().err
+    # The pinned checksum of an archive lying there is checked all the same.
+    (root / "Img/img/a.jpg").unlink()
+    (root / "Img/img").rmdir()
+    zipped.write_bytes(b"PK\x03\x04 not the file")
+    with pytest.raises(DownloadError, match="expected"):
+        ensure_dataset(root, files, show_progress=False)
+
+
+def test_an_encrypted_archive_is_refused_with_the_dataset_page(tmp_path):
+    from rambo.harness.extract import EncryptedArchiveError
+
+    zipped = tmp_path / "img.zip"
+    zipped.write_bytes(encrypted_zip({"img/a.jpg": b"jpeg"}))
+    root = tmp_path / "data"
+    spec = DatasetFile("img.zip", (zipped.as_uri(),), None, True, "img")
+    with pytest.raises(EncryptedArchiveError, match=r"password-protected \(1 encrypted members, e.g. 'img/a.jpg'\).*"
+                       r"The dataset page: https://example.org/inshop"):  # fmt: skip
+        ensure_dataset(root, [spec], show_progress=False, homepage="https://example.org/inshop")
+    assert not (root / "img").exists()
+
+
+def encrypted_zip(members: dict[str, bytes]) -> bytes:
+    """A zip whose members carry the 'encrypted' flag (zipfile writes no encryption; the flag is
+    what readers go by: Python's zipfile then asks for a password)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    data = bytearray(buffer.getvalue())
+    for signature, offset in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # local and central headers' flags
+        at = data.find(signature)
+        while at != -1:
+            data[at + offset] |= 0x1
+            at = data.find(signature, at + 4)
+    return bytes(data)
 
 
 def test_an_archive_without_the_ready_path_is_an_error(tmp_path):

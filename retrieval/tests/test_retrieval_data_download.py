@@ -95,6 +95,9 @@ def test_pinned_table_is_well_formed():
             assert item.md5 is None or re.fullmatch(r"[0-9a-f]{32}", item.md5)
     assert download_module.DATASETS["cub"][0].md5 == "97eceeb196236b17998738112f37df78"
     assert download_module.DATASETS["sop"][0].md5 == "7f73d41a2f44250d4779881525aea32e"
+    # Drive files shared before 2021 (ids 0B...) need their resource key, or Google answers 404.
+    for item in download_module.DATASETS["inshop"]:
+        assert all("id=0B7EVK8r0v71p" in url and "&resourcekey=0-" in url for url in item.urls), item.urls
 
 
 def test_download_verifies_renames_and_extracts(tmp_path, monkeypatch):
@@ -161,30 +164,79 @@ def test_local_archive_with_right_checksum_is_used(tmp_path, monkeypatch, no_net
     assert len(load_sop(root, "test")) == 1 and no_network == []
 
 
-def test_unpinned_files_need_no_verify(tmp_path, monkeypatch, capsys):
-    with pytest.raises(DownloadError, match="--no-verify"):
-        download_module.download("inshop", tmp_path / "data", show_progress=False)
-    assert not (tmp_path / "data").exists()
-
-    images = tmp_path / "img.zip"
+def inshop_files(folder: Path) -> tuple[Path, Path]:
+    """img.zip and list_eval_partition.txt as the official Drive folder holds them."""
+    images = folder / "img.zip"
     with zipfile.ZipFile(images, "w") as archive:
         archive.writestr("img/MEN/Denim/id_00000001/01_1_front.jpg", jpeg_bytes())
         archive.writestr("img/MEN/Denim/id_00000001/01_2_side.jpg", jpeg_bytes())
-    partition = tmp_path / "list_eval_partition.txt"
+    partition = folder / "list_eval_partition.txt"
     partition.write_text(
         "2\nimage_name item_id evaluation_status\n"
         "img/MEN/Denim/id_00000001/01_1_front.jpg id_00000001 query\n"
         "img/MEN/Denim/id_00000001/01_2_side.jpg id_00000001 gallery\n"
     )
+    return images, partition
+
+
+def test_inshop_has_no_checksum_and_is_used_with_a_warning(tmp_path, monkeypatch, capsys):
+    """CUB and SOP are always verified; In-shop publishes no MD5: used, and the user told so."""
+    images, partition = inshop_files(tmp_path)
     use_table(
         monkeypatch,
         "inshop",
         DatasetFile("img.zip", (images.as_uri(),), None, True, "img"),
         DatasetFile("list_eval_partition.txt", (partition.as_uri(),), None, False, "list_eval_partition.txt"),
     )
-    root = download_module.download("inshop", tmp_path / "data", verify=False, show_progress=False)
+    root = download_module.download("inshop", tmp_path / "data", show_progress=False)
     assert load_inshop(root, "query").labels.tolist() == load_inshop(root, "gallery").labels.tolist() == [0]
-    assert f"img.zip: MD5 {md5(images)} (not verified" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "warning: img.zip, list_eval_partition.txt have no published checksum: they are used unverified" in err
+    assert f"img.zip: MD5 {md5(images)} (not verified" in err
+
+
+def test_the_official_inshop_folder_is_used_where_it_lies(tmp_path, no_network, capsys):
+    """The Drive folder as a user downloads it: Eval/list_eval_partition.txt and Img/img.zip."""
+    root = tmp_path / "inshop"
+    (root / "Eval").mkdir(parents=True)
+    (root / "Img").mkdir()
+    inshop_files(root / "Img")
+    (root / "Img/list_eval_partition.txt").rename(root / "Eval/list_eval_partition.txt")
+    assert download_module.download("inshop", root, show_progress=False) == root
+    assert (root / "Img/img/MEN/Denim/id_00000001/01_1_front.jpg").is_file() and no_network == []
+    query = load_inshop(root, "query")
+    assert len(query) == 1 and query[0][0] is not None  # the image loads (it is under Img/img/)
+    # Already extracted by hand there: found, nothing extracted again.
+    assert download_module.download("inshop", root, show_progress=False) == root
+    assert f"found {root / 'Img/img'}" in capsys.readouterr().err
+
+
+def test_inshop_high_resolution_release_is_refused_by_name(tmp_path):
+    root = tmp_path / "inshop"
+    (root / "img_highres/MEN").mkdir(parents=True)
+    _, partition = inshop_files(tmp_path)
+    partition.rename(root / "list_eval_partition.txt")
+    with pytest.raises(FileNotFoundError, match="img_highres.zip.*use img.zip"):
+        load_inshop(root, "query")
+    (root / "img_highres").rename(root / "elsewhere")
+    with pytest.raises(FileNotFoundError, match="no img/ folder in"):
+        load_inshop(root, "query")
+
+
+def test_an_encrypted_inshop_zip_names_the_dataset_page(tmp_path, monkeypatch, capsys):
+    images, partition = inshop_files(tmp_path)
+    data = bytearray(images.read_bytes())
+    for signature, offset in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # mark the members encrypted
+        at = data.find(signature)
+        while at != -1:
+            data[at + offset] |= 0x1
+            at = data.find(signature, at + 4)
+    images.write_bytes(bytes(data))
+    use_table(monkeypatch, "inshop", DatasetFile("img.zip", (images.as_uri(),), None, True, "img"),
+              DatasetFile("list_eval_partition.txt", (partition.as_uri(),), None, False, "list_eval_partition.txt"))  # fmt: skip
+    assert download_module.main(["inshop", str(tmp_path / "data"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "is password-protected" in err and download_module.HOMEPAGES["inshop"] in err and "Traceback" not in err
 
 
 def test_cli_reports_manual_steps(tmp_path, no_network, capsys):
@@ -224,7 +276,9 @@ def test_cli_reports_refused_and_corrupt_archives_without_a_traceback(tmp_path, 
     assert listing(root) == ["Stanford_Online_Products.zip"] and not (tmp_path / "evil.txt").exists()
 
     (root / "Stanford_Online_Products.zip").write_bytes(b"PK\x03\x04 cut short")  # a copy that broke off
-    assert download_module.main(["sop", str(root), "--no-verify", "--quiet"]) == 1
+    # (pinned to its own MD5, so that the checksum lets it through to the extraction)
+    use_table(monkeypatch, "sop", sop_entry((archive.as_uri(),), md5(root / "Stanford_Online_Products.zip")))
+    assert download_module.main(["sop", str(root), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: {root / 'Stanford_Online_Products.zip'} is corrupt")
     assert "Delete it and download it again" in err and "Traceback" not in err

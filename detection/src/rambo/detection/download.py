@@ -22,16 +22,20 @@ from rambo.harness.mirror import from_mirror
 __all__ = ["ARCHIVES", "DownloadError", "fetch", "main"]
 
 HOMEPAGE = "http://host.robots.ox.ac.uk/pascal/VOC/"
-_MIRROR = "https://thor.robots.ox.ac.uk/pascal/VOC"
+_MIRRORS = (
+    "https://thor.robots.ox.ac.uk/pascal/VOC/voc{year}",  # Oxford's current server
+    "http://host.robots.ox.ac.uk/pascal/VOC/voc{year}",  # the VOC page's own links (torchvision's)
+    "https://pjreddie.com/media/files",  # a copy of the same tars (Darknet's); the pinned MD5 decides
+)
 
 
 def _voc(year: int, filename: str, md5: str, image_set: str) -> DatasetFile:
-    """A VOC tar on the official mirror; ``ready`` is an image-set list only that archive provides."""
-    return DatasetFile(filename, (f"{_MIRROR}/voc{year}/{filename}",), md5=md5, extract=True,
-                       ready=f"VOCdevkit/VOC{year}/ImageSets/Main/{image_set}.txt")  # fmt: skip
+    """A VOC tar on its servers, tried in order; ``ready`` is an image-set list only that archive provides."""
+    return DatasetFile(filename, tuple(f"{base.format(year=year)}/{filename}" for base in _MIRRORS), md5=md5,
+                       extract=True, ready=f"VOCdevkit/VOC{year}/ImageSets/Main/{image_set}.txt")  # fmt: skip
 
 
-# The official mirror of the VOC server at Oxford; md5 sums as published with torchvision's VOC loader.
+# MD5 sums as published with torchvision's VOC loader: every server must give the same bytes.
 ARCHIVES: dict[str, DatasetFile] = {
     "voc2007-trainval": _voc(2007, "VOCtrainval_06-Nov-2007.tar", "c52e279531787c972589f7e41ab4ae64", "trainval"),
     "voc2007-test": _voc(2007, "VOCtest_06-Nov-2007.tar", "b6e924de25625d8de591ea690078ad9f", "test"),

@@ -55,12 +55,13 @@ def prepare(config_dir: str | Path, choices: Sequence[str], prepare_one: Callabl
 
 def main(prog: str, description: str, config_dir: str | Path, choices: Sequence[str], prepare_one: Callable,
          argv: Sequence[str] | None = None) -> int:  # fmt: skip
-    """``prog --data-dir DIR --data NAME... [--no-verify] [--mirror M] [--archives DIR] [-- OVERRIDES]``: prints each folder;
+    """``prog --data-dir DIR --data NAME... [--mirror M] [--archives DIR] [-- OVERRIDES]``: prints each folder;
     a download or archive that fails prints ``error: ...`` with the manual steps and returns 1."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--data-dir", required=True, help="the runs' data_dir")
     parser.add_argument("--data", nargs="+", required=True, choices=choices, help="datasets (the runs' data=...)")
-    parser.add_argument("--no-verify", action="store_true", help="accept downloads without a pinned checksum")
+    parser.add_argument("--no-verify", action="store_true", help="ignored (kept for old scripts): pinned checksums "
+                        "are always checked, and files without one are used with a warning")
     parser.add_argument("--mirror", help="a folder or URL holding the archives under their official names "
                         "(checksums from its MD5SUMS where it lists them), used instead of the official URLs")
     parser.add_argument("--archives", type=Path, help="keep downloaded archives in this folder (default: each "
@@ -68,7 +69,10 @@ def main(prog: str, description: str, config_dir: str | Path, choices: Sequence[
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the runs, after --")
     args = parser.parse_args(argv)
     try:
-        source = Source(verify=not args.no_verify, mirror=args.mirror, archive_dir=args.archives)
+        if args.no_verify:
+            print("warning: --no-verify is ignored: pinned checksums are always checked, and files without "
+                  "one (In-shop) are used with a warning", file=sys.stderr)
+        source = Source(verify=True, mirror=args.mirror, archive_dir=args.archives)
         folders = prepare(config_dir, choices, prepare_one, args.data_dir, args.data, args.overrides, source)
     except (DownloadError, ArchiveError) as error:
         print(f"error: {error}", file=sys.stderr)

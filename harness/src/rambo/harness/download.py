@@ -27,7 +27,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .atomic import atomic_path
-from .extract import ArchiveError, extract
+from .extract import ArchiveError, EncryptedArchiveError, extract
 
 CHUNK_BYTES = 1 << 20
 TIMEOUT_S = 60  # seconds without a byte before a connection counts as failed
@@ -50,6 +50,15 @@ class DatasetFile:
     md5: str | None  # None: no published checksum; it can only be accepted unverified
     extract: bool  # an archive, extracted into the data root
     ready: str  # the path, relative to the data root, that exists once this file is in place
+    # Other layouts a user may already have (e.g. a dataset's own download folder), relative to the
+    # data root: a path that means the file is in place, and archives used where they lie (each
+    # extracted into its own folder).
+    found_at: tuple[str, ...] = ()
+    archive_at: tuple[str, ...] = ()
+
+    def in_place(self, root: Path) -> Path | None:
+        """The first of ``ready`` and ``found_at`` that exists under ``root``, else None."""
+        return next((root / p for p in (self.ready, *self.found_at) if os.path.lexists(root / p)), None)
 
 
 class _Refused(Exception):
@@ -131,13 +140,14 @@ def fetch_file(
     target = Path(target)
     steps = manual_steps(target, urls, md5, homepage, ready)
     if target.exists():
-        if md5 is not None:
-            found = md5_of(target)
-            if found != md5:
-                raise DownloadError(
-                    f"{target} has MD5 {found}, expected {md5}: it is incomplete or not the official file. "
-                    f"It was left as it is and nothing was extracted. Delete it and run again, or\n{steps}"
-                )
+        found = md5_of(target)
+        if md5 is None:
+            print(f"{target.name}: MD5 {found} (not verified: no pinned checksum)", file=sys.stderr)
+        elif found != md5:
+            raise DownloadError(
+                f"{target} has MD5 {found}, expected {md5}: it is incomplete or not the official file. "
+                f"It was left as it is and nothing was extracted. Delete it and run again, or\n{steps}"
+            )
         return target
     if show_progress is None:
         show_progress = sys.stderr.isatty()
@@ -166,46 +176,60 @@ def ensure_dataset(
     show_progress: bool | None = None,
     archive_dir: str | os.PathLike | None = None,
 ) -> list[Path]:
-    """Put every one of ``files`` in place under ``root``; return their ``ready`` paths.
+    """Put every one of ``files`` in place under ``root``; return the paths that show each in place.
 
-    A file whose ``ready`` path exists is accepted as it is (the folder found is printed). The
+    A file whose ``ready`` path (or one of its ``found_at``) exists is accepted as it is (the path
+    found is printed); an archive at one of its ``archive_at`` is verified and extracted where it lies. The
     others are verified or downloaded (:func:`fetch_file`), archives into ``archive_dir`` (default ``root``;
     the pipeline keeps archives in a folder of their own, which no stage deletes) and, if archives,
-    extracted into ``root``; then their ``ready`` path must exist. ``verify=False`` accepts files without checking
-    their MD5; with ``verify=True`` a file to fetch that has no pinned checksum is an error, raised
-    before anything is downloaded. Raises :class:`DownloadError` or
-    :class:`rambo.harness.extract.ArchiveError` (and its subclasses).
+    extracted into ``root``; then their ``ready`` path must exist. A pinned MD5 is always checked
+    (``verify=False`` skips it: for the Python API only, no command offers it); a file with no
+    pinned checksum is accepted with a printed warning and the MD5 found, before anything is
+    fetched. Raises :class:`DownloadError` or :class:`rambo.harness.extract.ArchiveError` (and
+    its subclasses; an encrypted archive names the dataset's page).
     """
     root = Path(root)
     archive_dir = root if archive_dir is None else Path(archive_dir)
     files = tuple(files)
-    missing = [item for item in files if not (root / item.ready).exists()]
+    missing = [item for item in files if item.in_place(root) is None]
     unverifiable = [item.filename for item in missing if item.md5 is None]
-    if verify and unverifiable:
-        raise DownloadError(
-            f"no pinned checksum is known for {', '.join(unverifiable)}, so a download cannot be verified. "
-            "Accept the files unverified (--no-verify, verify=False); the MD5 found is printed."
-        )
+    if unverifiable:
+        print(f"warning: {', '.join(unverifiable)} have no published checksum: they are used unverified "
+              f"(the MD5 found is printed; compare it with another copy){f' ({homepage})' if homepage else ''}",
+              file=sys.stderr)  # fmt: skip
+    placed = []
     for item in files:
         ready = root / item.ready
-        if ready.exists():
-            print(f"found {ready}: {item.filename} is in place, not downloaded or extracted again", file=sys.stderr)
+        found = item.in_place(root)
+        if found is not None:
+            print(f"found {found}: the data of {item.filename} is in place, not downloaded or extracted again", file=sys.stderr)
+            placed.append(found)
             continue
-        folder = archive_dir if item.extract else root  # a plain file is data itself, not an archive
-        folder.mkdir(parents=True, exist_ok=True)
-        path = fetch_file(
-            folder / item.filename,
-            item.urls,
-            item.md5 if verify else None,
-            homepage=homepage,
-            ready=ready if item.extract else None,
-            show_progress=show_progress,
-        )
+        lying = next((root / p for p in item.archive_at if (root / p).is_file()), None) if item.extract else None
+        if lying is not None:  # an archive where the dataset's own download puts it: used there
+            path, into = fetch_file(lying, item.urls, item.md5 if verify else None, homepage=homepage), lying.parent
+        else:
+            folder = archive_dir if item.extract else root  # a plain file is data itself, not an archive
+            folder.mkdir(parents=True, exist_ok=True)
+            path = fetch_file(
+                folder / item.filename,
+                item.urls,
+                item.md5 if verify else None,
+                homepage=homepage,
+                ready=ready if item.extract else None,
+                show_progress=show_progress,
+            )
+            into = root
         if item.extract:
-            extract(path, root)
-        if not ready.exists():
+            try:
+                extract(path, into)
+            except EncryptedArchiveError as error:
+                raise EncryptedArchiveError(f"{error}{f' The dataset page: {homepage}' if homepage else ''}") from None
+        found = item.in_place(root)
+        if found is None:
             raise ArchiveError(
                 f"{path} is in place but {ready} is still missing: it is not the expected file. "
                 f"Delete it and download it again."
             )
-    return [root / item.ready for item in files]
+        placed.append(found)
+    return placed

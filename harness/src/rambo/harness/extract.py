@@ -51,6 +51,10 @@ class ArchiveClashError(ArchiveError):
     """A member would overwrite a different file that already exists in the target folder."""
 
 
+class EncryptedArchiveError(ArchiveError):
+    """The archive's members are password-protected: it cannot be extracted without the password."""
+
+
 def _corrupt(archive: Path, reason: object) -> ArchiveError:
     return ArchiveError(
         f"{archive} is corrupt, truncated or not an archive ({reason}); nothing was extracted. "
@@ -145,6 +149,12 @@ def _is_zip(archive: Path) -> bool:
 
 def _check_zip(handle: zipfile.ZipFile, archive: Path) -> list[str]:
     resolver = _Resolver(archive)  # zipfile writes no links, so there are none to follow
+    encrypted = [info.filename for info in handle.infolist() if info.flag_bits & 0x1]
+    if encrypted:
+        raise EncryptedArchiveError(
+            f"{archive} is password-protected ({len(encrypted)} encrypted members, e.g. {encrypted[0]!r}); "
+            f"nothing was extracted. Extract it by hand with its password, or download the unencrypted release."
+        )
     names = handle.namelist()
     for name in names:
         if not resolver.resolve(name) and not name.endswith("/"):

@@ -2,12 +2,12 @@
 (:mod:`rambo.harness.data_stage`, shared with detection).
 
     python -m rambo.retrieval.prepare --data-dir data/retrieval --data synthetic -- profile=mini
-    python -m rambo.retrieval.prepare --data-dir data/retrieval --data sop cub inshop --no-verify -- profile=paper
+    python -m rambo.retrieval.prepare --data-dir data/retrieval --data sop cub inshop -- profile=paper
 
 A dataset with ``data.generate`` set (the synthetic set, and every dataset under the ``mini``
 profile) is generated; the others are downloaded with their pinned checksums, or found already
-extracted under ``data.root`` (``--no-verify`` is needed for In-shop, whose files have no
-published checksum). ``--mirror DIR_OR_URL`` takes the archives from a local copy instead of the
+extracted under ``data.root`` (In-shop's files have no published checksum: they are used with a
+warning). ``--mirror DIR_OR_URL`` takes the archives from a local copy instead of the
 official URLs; ``--archives DIR`` keeps downloaded archives there (the pipeline: ``data/archives``).
 """
 

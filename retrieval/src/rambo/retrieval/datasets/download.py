@@ -14,7 +14,10 @@ Each file is fetched, verified and extracted by :func:`rambo.harness.download.en
 match, it stops with a :class:`~rambo.harness.download.DownloadError` that says where to put the
 file by hand; a file put there is verified the same way and used instead of downloading.
 
-CLI: ``python -m rambo.retrieval.datasets.download NAME ROOT [--no-verify] [--mirror DIR_OR_URL]``.
+CLI: ``python -m rambo.retrieval.datasets.download NAME ROOT [--mirror DIR_OR_URL]``.
+
+Checksums: CUB's and SOP's MD5s are pinned and always checked. In-shop publishes none: its files
+are used with a printed warning and the MD5 found (compare it with another copy).
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from rambo.harness.extract import ArchiveError
 from rambo.harness.mirror import from_mirror
 
 
-def _google_drive(file_id: str) -> str:
-    # confirm=t skips the "cannot scan for viruses" page that Drive shows for large files.
-    return f"https://drive.usercontent.google.com/download?id={file_id}&export=download&confirm=t"
+def _google_drive(file_id: str, resource_key: str | None = None) -> str:
+    # confirm=t skips the "cannot scan for viruses" page that Drive shows for large files. Files
+    # shared before Google's 2021 security update (ids starting 0B...) also need their resource key.
+    key = f"&resourcekey={resource_key}" if resource_key else ""
+    return f"https://drive.usercontent.google.com/download?id={file_id}&export=download&confirm=t{key}"
 
 
 DATASETS: dict[str, tuple[DatasetFile, ...]] = {
@@ -60,18 +65,19 @@ DATASETS: dict[str, tuple[DatasetFile, ...]] = {
         ),
     ),
     "inshop": (
-        # Official DeepFashion In-shop Google Drive folder 0B7EVK8r0v71pVDZFQXRsMDZCX1E:
-        # Img/img.zip and Eval/list_eval_partition.txt. No checksum of either is published, so
-        # their md5 is None and downloading them needs --no-verify (the MD5 found is printed).
+        # Official DeepFashion In-shop Google Drive folder 0B7EVK8r0v71pVDZFQXRsMDZCX1E (resource key
+        # 0-4R4v6zl4CWhHTsUGOsTstw): Img/img.zip and Eval/list_eval_partition.txt. No checksum of either
+        # is published: they are used unverified, with a warning and the MD5 found. That folder,
+        # downloaded as it is, is accepted where it lies (Img/img.zip extracted into Img/).
         DatasetFile(
-            "img.zip", (_google_drive("0B7EVK8r0v71pS2YxRE1QTFZzekU"),), md5=None, extract=True, ready="img"
+            "img.zip",
+            (_google_drive("0B7EVK8r0v71pS2YxRE1QTFZzekU", "0-2n-dbZygJiZdm0UbEaFRTA"),),
+            md5=None, extract=True, ready="img", found_at=("Img/img",), archive_at=("Img/img.zip",),
         ),
         DatasetFile(
             "list_eval_partition.txt",
-            (_google_drive("0B7EVK8r0v71pYVBqLXpRVjhHeWM"),),
-            md5=None,
-            extract=False,
-            ready="list_eval_partition.txt",
+            (_google_drive("0B7EVK8r0v71pYVBqLXpRVjhHeWM", "0-rxJ2QcImN-IRo_Bv9QSXmg"),),
+            md5=None, extract=False, ready="list_eval_partition.txt", found_at=("Eval/list_eval_partition.txt",),
         ),
     ),
 }
@@ -87,11 +93,10 @@ def download(name: str, root: Path | str, verify: bool = True, show_progress: bo
     """Download and extract dataset ``name`` (``cub``, ``sop`` or ``inshop``) into ``root``.
 
     Returns ``root``, ready for ``load_dataset(name, root, split)``. Parts already in place are
-    used as they are. ``verify=False`` (CLI ``--no-verify``) accepts files without checking their
-    MD5; it is required for files that have no pinned checksum (In-shop), unless ``mirror`` (a
-    folder or URL with the archives, :mod:`rambo.harness.mirror`) lists their MD5 in its
-    ``MD5SUMS``. Archives are kept in ``archive_dir`` (default ``root``). ``show_progress=None``:
-    a progress bar only on a terminal.
+    used as they are. Pinned MD5s are checked (``verify=False`` skips them: Python API only); a
+    file without one (In-shop) is used with a warning, unless ``mirror`` (a folder or URL with the
+    archives, :mod:`rambo.harness.mirror`) lists its MD5 in its ``MD5SUMS``. Archives are kept in
+    ``archive_dir`` (default ``root``). ``show_progress=None``: a progress bar only on a terminal.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; downloadable: {sorted(DATASETS)} (synthetic is generated)")
@@ -108,12 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("name", choices=sorted(DATASETS))
     parser.add_argument("root", type=Path, help="folder to download and extract into")
-    parser.add_argument("--no-verify", action="store_true", help="accept files without checking their MD5")
+    parser.add_argument("--no-verify", action="store_true", help="ignored (kept for old scripts): pinned checksums "
+                        "are always checked, and files without one are used with a warning")
     parser.add_argument("--mirror", help="a folder or URL holding the archives (rambo.harness.mirror)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (shown only on a terminal anyway)")
     args = parser.parse_args(argv)
     try:
-        root = download(args.name, args.root, verify=not args.no_verify, show_progress=False if args.quiet else None,
+        if args.no_verify:
+            print("warning: --no-verify is ignored: pinned checksums are always checked", file=sys.stderr)
+        root = download(args.name, args.root, show_progress=False if args.quiet else None,
                         mirror=args.mirror)
     except (DownloadError, ArchiveError) as error:
         print(f"error: {error}", file=sys.stderr)

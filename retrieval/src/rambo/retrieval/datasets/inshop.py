@@ -12,8 +12,33 @@ INSHOP_FOLDER = "Eval"
 INSHOP_SPLITS = ("train", "query", "gallery")
 
 
+def find_image_root(root: Path, index_root: Path) -> Path:
+    """The folder holding ``img/`` (the paths in the index start with "img/"): ``root``, the index's
+    folder, or ``root/Img`` (the official Drive folder's ``Img/img.zip`` extracted where it lies).
+
+    ``img_highres/`` alone (the high-resolution release, ``img_highres.zip``) is refused: the paper's
+    numbers use ``img.zip``, and the index's paths name ``img/``.
+    """
+    candidates = list(dict.fromkeys((root, index_root, root / "Img")))
+    for folder in candidates:
+        if (folder / "img").is_dir():
+            return folder
+    highres = next((folder / "img_highres" for folder in candidates if (folder / "img_highres").is_dir()), None)
+    if highres is not None:
+        raise FileNotFoundError(
+            f"inshop: found {highres} but no img/ folder: that is the high-resolution release "
+            f"(img_highres.zip). The paper and the index use img.zip (Img/img.zip of the In-shop "
+            f"Drive folder): download it with `python -m rambo.retrieval.datasets.download inshop {root}`"
+        )
+    raise FileNotFoundError(
+        f"inshop: no img/ folder in {' or '.join(str(c) for c in candidates)} (extract Img/img.zip of the "
+        f"In-shop Drive folder there, or run `python -m rambo.retrieval.datasets.download inshop {root}`)"
+    )
+
+
 def load_inshop(root: Path | str, split: str, transform: Callable | None = None) -> ImageRetrievalDataset:
-    """Read ``root/list_eval_partition.txt`` (or ``root/Eval/...``), images under ``root/img/``.
+    """Read ``root/list_eval_partition.txt`` (or ``root/Eval/...``), images under ``root/img/``
+    (or ``root/Img/img/``, the official folder's layout: :func:`find_image_root`).
 
     The file has a count line, a header line, then ``image_name item_id evaluation_status`` rows
     (paper 5.1: 25,882 train images of 3,997 items; 14,218 query + 12,612 gallery images of 3,985
@@ -25,8 +50,6 @@ def load_inshop(root: Path | str, split: str, transform: Callable | None = None)
     check_split(split, INSHOP_SPLITS, "inshop")
     index_root = resolve_root(root, "list_eval_partition.txt", INSHOP_FOLDER, "inshop")
     index_file = index_root / "list_eval_partition.txt"
-    # Image paths in the file start with "img/", relative to the folder img.zip was extracted into.
-    image_root = Path(root)
     rows = read_rows(index_file, columns=3, skip=2)
     if not rows:
         raise ValueError(f"{index_file} lists no images")
@@ -49,6 +72,7 @@ def load_inshop(root: Path | str, split: str, transform: Callable | None = None)
     selected = [(number, fields) for number, fields in rows if fields[2] == split]
     if not selected:
         raise ValueError(f"{index_file} lists no {split} images")
+    image_root = find_image_root(Path(root), index_root)
     return ImageRetrievalDataset(
         [image_root / fields[0] for _, fields in selected],
         [item_label[fields[1]] for _, fields in selected],
