@@ -76,7 +76,7 @@ def test_tables_name_their_machines_and_the_claims_compare_a_second_draw(tmp_pat
     out = tmp_path / "out"
     tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(out)])
     text = (out / "tables.md").read_text()
-    assert "Runs made on: Test CPU, CPU kernels AVX512, 1 thread, torch 2.14.1 (39 runs)." in text
+    assert f"Runs made on: Test CPU, CPU kernels AVX512, 1 thread, torch 2.14.1 ({3 * len(MINI_RUNS)} runs)." in text
     claims = json.loads((out / "claims.json").read_text())
     by_text = {row["claim"]: row for row in claims["claims"]}
     contrastive, margin = by_text[CLAIMS[0].text], by_text[CLAIMS[1].text]

@@ -33,14 +33,15 @@ def ap_row(y, rel, margin=0.0) -> float:
     return 1 - sum(rp[i] / r[i] for i in rp) / len(rp)
 
 
-def recall_row(y, rel, margin=0.0, weighting="log") -> float:
-    """Eq. 17 and 20: mean over relevant i of l(r_i) or l(l(r_i)), l(k) = log(1 + k)."""
+def recall_row(y, rel, margin=0.0, weighting="log", rank_scale=1.0) -> float:
+    """Eq. 17 and 20: mean over relevant i of l(r_i) or l(l(r_i)), l(k) = log(1 + k).
+    ``rank_scale`` multiplies r_i (the authors' batch memory denormalises ranks by its rows)."""
     ys = shifted(y, rel, margin)
     r = ranks(ys)
     rp = ranks_within_relevant(ys, rel)
     values = []
     for i in rp:
-        v = math.log1p(r[i] - rp[i])
+        v = math.log1p((r[i] - rp[i]) * rank_scale)
         values.append(math.log1p(v) if weighting == "loglog" else v)
     return sum(values) / len(values)
 
@@ -117,7 +118,8 @@ def smooth_ranks(y, rel, tau, valid=None):
 def recall_at_k_surrogate_row(y, rel, ks=(1, 2, 4, 8, 16), tau1=0.01, tau2=1.0, valid=None) -> float:
     sr = smooth_ranks(y, rel, tau1, valid)
     p = len(sr)
-    recalls = [sum(sigmoid((k - a) / tau2) for a, _ in sr.values()) / min(k, p) for k in ks]
+    taus = list(tau2) if isinstance(tau2, (list, tuple)) else [tau2] * len(ks)
+    recalls = [sum(sigmoid((k - a) / t) for a, _ in sr.values()) / min(k, p) for k, t in zip(ks, taus)]
     return 1 - sum(recalls) / len(recalls)
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import core_brute_force as bf
-from rambo.core import APLoss, EmbeddingMemory, MAPLoss, RecallLoss, ScoreMemory, pairwise_scores
+from rambo.core import APLoss, EmbeddingMemory, MAPLoss, RecallLoss, RowMemory, ScoreMemory, pairwise_scores
 
 
 class ShapeSpy(torch.nn.Module):
@@ -119,3 +119,40 @@ def test_embedding_memory_without_memory_is_the_plain_batch_loss():
     embeddings, labels = torch.randn(8, 4), torch.arange(8) // 2
     memory(torch.randn(8, 4), labels)
     assert memory(embeddings, labels).item() == loss(*pairwise_scores(embeddings, labels)).item()
+
+
+def test_row_memory_is_the_authors_batch_memory_by_brute_force():
+    """The authors' ``BatchMemoryRecallLoss`` (martius-lab/blackbox-backprop recall.py@075bf56):
+    the score rows of the last tau batches are appended as more queries, detached, and ``RecallLoss``
+    denormalises the ranks by the number of rows, so each r_i (Eq. 17) is multiplied by 1 + m."""
+    torch.manual_seed(0)
+    labels = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    memory = RowMemory(RecallLoss(margin=0.1, lam=4.0), tau=2)
+    seen = []
+    for step in range(4):
+        embeddings = torch.randn(8, 5, requires_grad=True)
+        value = memory(embeddings, labels)
+        scores, relevant = pairwise_scores(embeddings.detach(), labels)
+        seen.append((scores.tolist(), relevant.tolist()))
+        window = seen[-3:]  # this batch and at most the 2 before it
+        rows = [row for s, _ in window for row in s]
+        rels = [row for _, r in window for row in r]
+        expected = bf.mean_over_rows(bf.recall_row, rows, rels, margin=0.1, rank_scale=len(window))
+        assert value.item() == pytest.approx(expected, rel=1e-6), step
+        value.backward()
+        assert embeddings.grad is not None and embeddings.grad.abs().sum() > 0
+    assert len(memory.remembered()) == 2
+
+
+def test_row_memory_without_memory_is_the_recall_loss_and_refuses_other_losses():
+    torch.manual_seed(1)
+    embeddings, labels = torch.randn(6, 4), torch.tensor([0, 0, 1, 1, 2, 2])
+    loss = RecallLoss(margin=0.1, lam=4.0)
+    assert torch.equal(RowMemory(loss, tau=0)(embeddings, labels), loss(*pairwise_scores(embeddings, labels)))
+    memory = RowMemory(loss, tau=1)
+    memory(embeddings, labels)
+    with pytest.raises(ValueError, match="every batch needs the same size"):
+        memory(embeddings[:4], labels[:4])
+    with pytest.raises(TypeError, match="rank_scale"):
+        RowMemory(APLoss(), tau=1)
+

@@ -10,6 +10,7 @@ Public API::
     ScoreMemory(loss, tau)                     Sec. 4.3 for score rows
     scale_gradient(tensor, factor)             weight a rank loss without changing its lambda
     EmbeddingMemory(loss, tau)                 Sec. 4.3 for embeddings, memory(embeddings, labels)
+    RowMemory(loss, tau)                       the authors' recall memory (score rows appended), for comparison
     pairwise_scores(embeddings, labels)        [B, B-1] cosine scores and relevance
     RecallAtKSurrogate, SiMix, FastAPLoss, SmoothAPLoss   comparison surrogates
     rambo.core.metrics                         average_precision, recall_at_k, map_at_r, r_precision
@@ -29,7 +30,7 @@ from .rank_loss import RankLoss
 from .ranking import exact_rank, rank, rank_within_relevant
 from .recall_at_k_surrogate import RecallAtKSurrogate
 from .recall_loss import RecallLoss
-from .score_memory import EmbeddingMemory, ScoreMemory
+from .score_memory import EmbeddingMemory, RowMemory, ScoreMemory
 from .simix import SiMix
 from .smooth_ap import SmoothAPLoss
 from .surrogate_loss import SurrogateLoss
@@ -43,6 +44,7 @@ __all__ = [
     "RankLoss",
     "RecallAtKSurrogate",
     "RecallLoss",
+    "RowMemory",
     "ScoreMemory",
     "SiMix",
     "SmoothAPLoss",

@@ -31,9 +31,11 @@ class RecallLoss(RankLoss):
         self.lam = check_lam(lam)
         self.weighting = weighting
 
-    def row_losses(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+    def row_losses(self, scores: torch.Tensor, relevant: torch.Tensor, rank_scale: float = 1.0) -> torch.Tensor:
+        """Per row. ``rank_scale`` multiplies every ``r_i`` (1 here; :class:`rambo.core.RowMemory`,
+        the authors' batch memory, passes the number of batches whose rows are in ``scores``)."""
         rows, ranks, ranks_relevant = ranks_of_relevant_items(scores, relevant, self.margin, self.lam)
-        irrelevant_above = ranks - ranks_relevant  # r_i of Eq. 17
+        irrelevant_above = (ranks - ranks_relevant) * rank_scale  # r_i of Eq. 17
         per_item = torch.log1p(irrelevant_above)
         if self.weighting == "loglog":
             per_item = torch.log1p(per_item)

@@ -8,12 +8,19 @@ Two wrappers in the spirit of pytorch-metric-learning's ``CrossBatchMemory``:
   elements of the current batch *and* the stored, detached embeddings of the last ``tau`` batches.
 
 In both, gradients reach only the current batch, and the number of queries stays the batch's own.
+
+:class:`RowMemory` is the authors' variant (martius-lab/blackbox-backprop ``BatchMemoryRecallLoss``
+at 075bf56), for comparison: the detached score *rows* of the last ``tau`` batches are appended as
+more queries (the ranking stays the current batch), and, as their ``RecallLoss`` denormalises the
+ranks by the number of rows, every rank is multiplied by the number of batches in the loss.
+
 The memory is filled only in training mode and travels with ``state_dict()`` so that a resumed run
 continues with the same memory.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 
 import torch
@@ -116,3 +123,45 @@ class EmbeddingMemory(_BatchMemory):
         value = self.loss(*self.scores_and_relevance(embeddings, labels))
         self.remember(F.normalize(embeddings.detach(), dim=1), labels)
         return value
+
+
+class RowMemory(_BatchMemory):
+    """The authors' batch memory for a :class:`rambo.core.RecallLoss`: ``memory(embeddings, labels)``.
+
+    The current ``[B, B - 1]`` cosine score rows (:func:`rambo.core.pairwise_scores`) and those of
+    the last ``tau`` batches (detached, kept as they were scored) are one ``[(1 + m) B, B - 1]``
+    input of the recall loss, whose ranks ``r_i`` are multiplied by ``1 + m`` (``m`` the batches
+    remembered): their ``rank_normalised`` divides by the ``B`` columns, the denormalisation
+    multiplies by the ``(1 + m) B`` rows. The mean over rows with a relevant item (the project's
+    :class:`~rambo.core.RankLoss`) then includes the remembered rows, which carry no gradient.
+    Every batch must have the same size (the rows are concatenated).
+
+    Args:
+        loss: a :class:`rambo.core.RecallLoss`. tau: number of previous batches remembered.
+    """
+
+    def __init__(self, loss: torch.nn.Module, tau: int):
+        super().__init__(loss, tau)
+        if "rank_scale" not in inspect.signature(getattr(loss, "row_losses", lambda: None)).parameters:
+            raise TypeError(f"RowMemory needs a loss whose row_losses takes rank_scale (RecallLoss), got {type(loss).__name__}")
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        check_labels(embeddings, labels)
+        scores, relevant = pairwise_scores(embeddings, labels)
+        remembered = self.remembered()
+        if remembered and remembered[-1][0].shape[1] != scores.shape[1]:
+            raise ValueError(
+                f"RowMemory appends score rows of {remembered[-1][0].shape[1]} columns, got a batch of "
+                f"{scores.shape[0]} ({scores.shape[1]} columns): every batch needs the same size. A DataLoader's "
+                "smaller last batch does this: use drop_last=True, or call reset() before such a batch"
+            )
+        all_scores = torch.cat([scores] + [s.to(scores.device, scores.dtype) for s, _ in remembered])
+        all_relevant = torch.cat([relevant] + [r.to(relevant.device) for _, r in remembered])
+        check_scores_and_relevance(all_scores, all_relevant)
+        has_relevant = all_relevant.any(dim=-1)
+        self.remember(scores, relevant)
+        if not bool(has_relevant.any()):
+            return all_scores.sum() * 0.0
+        rows = self.loss.row_losses(all_scores, all_relevant, rank_scale=float(1 + len(remembered)))
+        return rows[has_relevant].mean()
+
