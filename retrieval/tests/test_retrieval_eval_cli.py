@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from rambo.retrieval.eval_cli import main
+from rambo.retrieval.eval_cli import main, run
 from rambo.retrieval.evaluate import retrieval_metrics
 
 torch.set_num_threads(1)
@@ -41,7 +41,7 @@ def _error(capsys, argv) -> str:
 def test_same_set_equals_retrieval_metrics_and_writes_json(tmp_path, suffix, capsys):
     embeddings, labels = _set(40)
     out = tmp_path / "m.json"
-    got = main([
+    got = run([
         "--embeddings", _save(tmp_path / f"e{suffix}", embeddings),
         "--labels", _save(tmp_path / f"l{suffix}", labels),
         "--ks", "1", "2", "4", "--out", str(out),
@@ -57,7 +57,7 @@ def test_same_set_equals_retrieval_metrics_and_writes_json(tmp_path, suffix, cap
 def test_query_gallery_equals_retrieval_metrics(tmp_path, suffix):
     query, query_labels = _set(15, seed=1)
     gallery, gallery_labels = _set(30, seed=2)
-    got = main([
+    got = run([
         "--query-embeddings", _save(tmp_path / f"q{suffix}", query),
         "--query-labels", _save(tmp_path / f"ql{suffix}", query_labels),
         "--gallery-embeddings", _save(tmp_path / f"g{suffix}", gallery),
@@ -69,7 +69,7 @@ def test_query_gallery_equals_retrieval_metrics(tmp_path, suffix):
 
 def test_pt_file_holding_a_numpy_array_and_float64_embeddings(tmp_path):
     embeddings, labels = _set(20)
-    got = main([
+    got = run([
         "--embeddings", _save(tmp_path / "e.pt", embeddings.astype(np.float64), as_tensor=False),
         "--labels", _save(tmp_path / "l.pt", labels, as_tensor=False), "--ks", "1",
     ])
@@ -78,7 +78,7 @@ def test_pt_file_holding_a_numpy_array_and_float64_embeddings(tmp_path):
 
 def test_default_ks_are_clipped_to_the_gallery(tmp_path, capsys):
     embeddings, labels = _set(50)
-    got = main(["--embeddings", _save(tmp_path / "e.npy", embeddings), "--labels", _save(tmp_path / "l.npy", labels)])
+    got = run(["--embeddings", _save(tmp_path / "e.npy", embeddings), "--labels", _save(tmp_path / "l.npy", labels)])
     assert got == pytest.approx(retrieval_metrics(embeddings, labels, (1, 10)))  # 100, 1000 > 49 others
     assert "[100, 1000]" in capsys.readouterr().err
 
@@ -153,4 +153,19 @@ def test_console_scripts_are_installed(tmp_path):
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2 and "shape mismatch" in result.stderr
+    # A successful evaluation exits 0, with the metrics on stdout and nothing on stderr (issue 22:
+    # it exited 1 with the metrics dict on stderr, stopping any `&&` chain or `set -e` script).
+    out = tmp_path / "m.json"
+    result = subprocess.run(
+        [str(script), "--embeddings", _save(tmp_path / "e.npy", embeddings), "--labels", _save(tmp_path / "l.npy", labels),
+         "--ks", "1", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "12 queries, 11 gallery items per query" and lines[-1] == f"wrote {out}"
+    written = json.loads(out.read_text())
+    assert sorted(line.split()[0] for line in lines[1:-1]) == sorted(written) and "R@1" in written
+    assert float(lines[1].split()[1]) == pytest.approx(written[lines[1].split()[0]], abs=5e-5)
+    assert main(["--embeddings", str(tmp_path / "e.npy"), "--labels", str(tmp_path / "l.npy")]) == 0
 

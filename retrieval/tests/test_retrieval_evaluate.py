@@ -102,3 +102,16 @@ def test_bad_input_raises_value_error():
     bad[0, 0] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
         recall_at_k(bad, labels, (1,))
+
+
+@pytest.mark.parametrize("level, shown", [("INFO", False), ("DEBUG", True)])
+def test_faiss_loader_lines_are_debug_not_info(level, shown):
+    """faiss logs every CPU-specific library it cannot load at INFO ("Could not load library with
+    AVX512 support ..."): six lines in every train.log that read like an error (issue 22)."""
+    import subprocess
+    import sys
+
+    code = (f"import logging; logging.basicConfig(level=logging.{level}); "
+            "from rambo.retrieval.evaluate import import_faiss; import_faiss()")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert ("faiss.loader" in result.stderr) is shown, result.stderr

@@ -195,8 +195,9 @@ def evaluate_files(args: argparse.Namespace) -> tuple[dict[str, float], dict]:
     return metrics, info
 
 
-def main(argv=None) -> dict[str, float]:
-    """Console entry point ``rambo-eval``; returns the metrics dict."""
+def run(argv=None) -> dict[str, float]:
+    """What ``rambo-eval`` does: parse ``argv``, print the metrics (one per line); returns them.
+    Bad input exits with status 2 and the problem named (argparse's ``error``)."""
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -220,5 +221,12 @@ def main(argv=None) -> dict[str, float]:
     return metrics
 
 
+def main(argv=None) -> int:
+    """Console entry point ``rambo-eval``: exit status 0 after an evaluation (the console script
+    passes the return value to ``sys.exit``, so it must be the status, not the metrics)."""
+    run(argv)
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

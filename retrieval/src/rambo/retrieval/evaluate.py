@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 
 import numpy as np
 import torch
@@ -42,8 +43,23 @@ def _normalise(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
+def _loader_lines_to_debug(record: logging.LogRecord) -> bool:
+    """Lower faiss.loader's INFO lines to DEBUG: kept only where the root logger shows DEBUG."""
+    if record.levelno == logging.INFO:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+    return True
+
+
 def import_faiss():
-    """The ``faiss`` module, imported on first use: it comes from one of two alternative extras."""
+    """The ``faiss`` module, imported on first use: it comes from one of two alternative extras.
+
+    faiss's loader logs at INFO every CPU-specific library it cannot load ("Could not load library
+    with AVX512 support ..."), which reads like an error in a run's log: those go to DEBUG.
+    """
+    loader = logging.getLogger("faiss.loader")
+    if loader.getEffectiveLevel() <= logging.INFO and not loader.filters:
+        loader.addFilter(_loader_lines_to_debug)
     try:
         import faiss
     except ImportError as error:
@@ -201,7 +217,7 @@ def main(argv=None) -> dict:
 
     from .checkpoint import load_trained_model
     from .datasets import load_dataset
-    from .transforms import eval_transform
+    from .transforms import eval_transform_of
 
     parser = argparse.ArgumentParser(description="Evaluate a retrieval checkpoint (faiss exact k-NN).")
     parser.add_argument("--checkpoint", required=True, help="checkpoint written by rambo.retrieval.train")
@@ -213,7 +229,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
 
     model, config = load_trained_model(args.checkpoint)
-    transform = eval_transform(config["image_size"])
+    transform = eval_transform_of(config)
     if args.dataset == "inshop":
         splits = {s: load_dataset(args.dataset, args.root, s, transform=transform) for s in ("query", "gallery")}
     else:
