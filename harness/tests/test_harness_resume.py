@@ -1,7 +1,7 @@
 import pytest
 
 from rambo.harness.checkpoint import save_checkpoint
-from rambo.harness.resume import check_policy, checkpoint_to_resume, run_identity
+from rambo.harness.resume import RunExistsError, check_policy, checkpoint_to_resume, run_identity
 
 
 def test_identity_leaves_out_the_keys_that_may_change():
@@ -15,7 +15,8 @@ def test_policies(tmp_path):
     identity = {"seed": 0, "epochs": 2}
     assert checkpoint_to_resume(path, True, identity) is None  # nothing to resume: start
     save_checkpoint({"identity": identity, "epoch": 1}, path)
-    assert checkpoint_to_resume(path, False, identity) is None
+    with pytest.raises(RunExistsError, match="holds this run already"):  # a new run never overwrites one (issue 22)
+        checkpoint_to_resume(path, False, identity)
     assert checkpoint_to_resume(path, True, identity)["epoch"] == 1
     assert checkpoint_to_resume(path, "auto", identity)["epoch"] == 1
     other = {"seed": 0, "epochs": 3}

@@ -75,3 +75,13 @@ def test_timings_are_logged_but_kept_out_of_the_curve_file(tmp_path, caplog):
     assert json.loads((tmp_path / "curve.json").read_text()) == [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}]
     assert "seconds" in caplog.text
     assert [record["seconds"] for record in torch.load(tmp_path / "checkpoint.pt", weights_only=True)["curve"]] == [0.5, 1.0]
+
+
+def test_a_non_finite_epoch_loss_saves_nothing_and_says_what_is_kept(tmp_path):
+    cfg = config(tmp_path)
+    train(cfg, epochs=1)
+    kept = (tmp_path / "checkpoint.pt").read_bytes()
+    run = TrainingRun(config(tmp_path, resume=True, max_epochs_this_run=None), {"model": torch.nn.Linear(3, 1)})
+    with pytest.raises(FloatingPointError, match=r"epoch 2: mean loss inf.*diverged in epoch 2.*\(epoch 1, the last with a finite loss\)"):
+        run.end_epoch({"epoch": 2, "loss": float("inf")}, 2)
+    assert (tmp_path / "checkpoint.pt").read_bytes() == kept and run.epoch == 1

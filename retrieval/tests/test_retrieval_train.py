@@ -109,6 +109,75 @@ def test_resume_auto_sets_a_checkpoint_of_another_configuration_aside(data_dir, 
     assert restarted == fresh
 
 
+def test_epochs_zero_evaluates_the_untrained_model_and_names_only_files_it_wrote(data_dir, tmp_path, caplog):
+    """The baseline users want (issue 22): no training, one evaluation, no checkpoint."""
+    import logging
+
+    with caplog.at_level(logging.INFO):
+        metrics = train(tiny(data_dir, tmp_path, "epochs=0"))
+    assert metrics["complete"] and metrics["epochs_trained"] == 0
+    assert metrics["paper_protocol"]["epoch"] == 0 and 0.0 <= metrics["paper_protocol"]["R@1"] <= 1.0
+    assert not (tmp_path / "checkpoint.pt").exists()
+    assert "evaluating the untrained model" in caplog.text and "checkpoint.pt" not in caplog.text
+    assert str(tmp_path / "metrics.json") in caplog.text
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_finite_checkpoint(data_dir, tmp_path, monkeypatch):
+    train(tiny(data_dir, tmp_path, "max_epochs_this_run=1"))
+    kept = (tmp_path / "checkpoint.pt").read_bytes()
+    import rambo.retrieval.train as train_module
+
+    def nan_loss(*args, **kwargs):
+        raise FloatingPointError("non-finite loss at epoch 2/2, step 1: nan")
+
+    monkeypatch.setattr(train_module, "train_one_epoch", nan_loss)
+    with pytest.raises(FloatingPointError, match=r"diverged in epoch 2: nothing of that epoch was saved, and .*checkpoint.pt "
+                       r"\(epoch 1, the last with a finite loss\) is kept to resume from"):  # fmt: skip
+        train(tiny(data_dir, tmp_path, "resume=true"))
+    assert (tmp_path / "checkpoint.pt").read_bytes() == kept
+
+
+def test_the_engine_names_a_non_finite_loss_before_stepping():
+    from rambo.retrieval.engine import train_one_epoch
+
+    model = torch.nn.Linear(2, 2)
+    before = model.weight.detach().clone()
+    batch = (torch.randn(4, 2), torch.tensor([0, 0, 1, 1]), torch.arange(4))
+    loss_fn = torch.nn.Module()
+    loss_fn.forward = lambda embeddings, labels: embeddings.sum() * float("nan")
+    with pytest.raises(FloatingPointError, match="non-finite loss at epoch 3, step 1: nan"):
+        train_one_epoch(model, [batch], loss_fn, torch.optim.SGD(model.parameters(), lr=1.0), "cpu", description="epoch 3")
+    assert torch.equal(model.weight, before)  # no step taken with it
+
+
+def test_a_loss_override_of_a_row_needs_a_name_of_its_own(data_dir, tmp_path):
+    """Issue 22: `experiment=sop_log loss=contrastive` wrote into the RaMBO run's folder and W&B group."""
+    import subprocess
+    import sys
+
+    common = [sys.executable, "-m", "rambo.retrieval.train", "experiment=synthetic_log", "loss=contrastive", "profile=tiny",
+              f"data_dir={data_dir}", "wandb.mode=disabled", "epochs=0", "progress=false"]  # fmt: skip
+    refused = subprocess.run([*common, f"hydra.run.dir={tmp_path / 'a'}"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert refused.returncode != 0
+    assert "is another row, but it would keep the name 'synthetic_log'" in refused.stderr
+    assert "experiment_name=synthetic_log_contrastive" in refused.stderr
+    named = subprocess.run([*common, "experiment_name=synthetic_contrastive_mine", f"hydra.run.dir={tmp_path / 'b'}"],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert named.returncode == 0, named.stderr
+    assert json.loads((tmp_path / "b" / "metrics.json").read_text())["experiment"] == "synthetic_contrastive_mine"
+
+
+def test_a_new_run_refuses_to_overwrite_another_in_its_folder(data_dir, tmp_path):
+    from rambo.harness.resume import RunExistsError
+
+    train(tiny(data_dir, tmp_path, "max_epochs_this_run=1"))
+    with pytest.raises(RunExistsError, match=r"holds another run \(.*loss.name: 'rambo_log' -> 'contrastive'.*experiment_name="):
+        train(tiny(data_dir, tmp_path, "loss=contrastive"))
+    with pytest.raises(RunExistsError, match="holds this run already"):
+        train(tiny(data_dir, tmp_path))
+    assert train(tiny(data_dir, tmp_path, "resume=true"))["complete"]
+
+
 @pytest.mark.parametrize(("group", "option"), OPTIONS)
 def test_every_option_of_every_group_composes(group, option):
     cfg = compose_config([f"{group}={option}", "output_dir=x"])

@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig
 
 from rambo.harness.distributed import ShardedBatchSampler, barrier, detect_setup, init_process_group, world_size, wrap_model
+from rambo.harness.row_name import check_row_name
 from rambo.harness.run import TrainingRun
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
 
@@ -105,9 +106,12 @@ def train(cfg: DictConfig) -> dict:
     for epoch in run.epochs(schedule.epochs):
         flips = torch.Generator().manual_seed(cfg.seed * 1000 + epoch - 1 + 500 + 7919 * setup.rank)
         started = time.perf_counter()
-        means, images = train_one_epoch(trained, epoch_loader(cfg, train_set, epoch, setup.rank, setup.world_size), optimizer,
-                                        scheduler, device, flips, iterations, setup.is_main and cfg.progress, f"epoch {epoch}/{schedule.epochs}",
-                                        schedule.get("grad_clip_max_norm"))  # fmt: skip
+        try:
+            means, images = train_one_epoch(trained, epoch_loader(cfg, train_set, epoch, setup.rank, setup.world_size), optimizer,
+                                            scheduler, device, flips, iterations, setup.is_main and cfg.progress,
+                                            f"epoch {epoch}/{schedule.epochs}", schedule.get("grad_clip_max_norm"))  # fmt: skip
+        except FloatingPointError as error:
+            raise run.diverged(error) from None
         run.extra["train_seconds"] += time.perf_counter() - started
         run.extra["train_images"] += images * world_size()
         run.end_epoch({"epoch": epoch, "loss": sum(means.values()), **means}, schedule.epochs)
@@ -138,6 +142,7 @@ def detection_metrics(cfg: DictConfig, classes, results: dict, run: TrainingRun)
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:  # noqa: D103 (the Hydra entry point; see the module docstring)
+    check_row_name(Path(__file__).parent / "configs", cfg.experiment_name)  # one name per row (rambo.harness.row_name)
     train(cfg)
 
 

@@ -22,6 +22,10 @@ from .download import DownloadError
 from .extract import ArchiveError
 
 
+class PrepareError(RuntimeError):
+    """A dataset cannot be prepared as asked (e.g. a real dataset under a profile that generates data)."""
+
+
 @dataclass(frozen=True)
 class Source:
     """Where a data stage gets archives, and where it keeps them.
@@ -74,7 +78,7 @@ def main(prog: str, description: str, config_dir: str | Path, choices: Sequence[
                   "one (In-shop) are used with a warning", file=sys.stderr)
         source = Source(verify=True, mirror=args.mirror, archive_dir=args.archives)
         folders = prepare(config_dir, choices, prepare_one, args.data_dir, args.data, args.overrides, source)
-    except (DownloadError, ArchiveError) as error:
+    except (DownloadError, ArchiveError, PrepareError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     for folder in folders:

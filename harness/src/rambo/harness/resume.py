@@ -1,6 +1,8 @@
-"""The resume policy of a run: ``resume=false`` starts over, ``true`` continues the checkpoint of the
-same run and refuses another, ``auto`` (the pipeline's) continues the same run and sets a
-checkpoint of another run aside (renamed ``<name>.stale``) before starting over.
+"""The resume policy of a run: ``resume=false`` starts a new run and refuses to overwrite a
+checkpoint already at its path (of this run or of another: :class:`RunExistsError` says which,
+and how to name this run or resume that one), ``true`` continues the checkpoint of the same run
+and refuses another, ``auto`` (the pipeline's) continues the same run and sets a checkpoint of
+another run aside (renamed ``<name>.stale``) before starting over.
 
 What makes two runs "the same" is declared in each app's config: the run identity is the resolved
 configuration without the keys listed in ``resume_may_change`` (where files are, how the run is
@@ -19,6 +21,10 @@ from .checkpoint import load_checkpoint
 
 POLICIES = (False, True, "auto")
 log = logging.getLogger(__name__)
+
+
+class RunExistsError(FileExistsError):
+    """A new run (``resume=false``) would overwrite the checkpoint of a run already at its path."""
 
 
 def check_policy(policy) -> None:
@@ -75,9 +81,11 @@ def checkpoint_to_resume(path: str | Path, policy, identity: Mapping, set_aside:
     ``resume_may_change`` (see :func:`_without`)."""
     check_policy(policy)
     path = Path(path)
-    if policy is False or not path.is_file():
+    if not path.is_file():
         return None
     state = load_checkpoint(path)
+    if policy is False:
+        raise _exists(path, state, identity, may_change)
     try:
         check_same_run(_without(state.get("identity", {}), may_change), identity, path)
     except ValueError as error:
@@ -90,3 +98,25 @@ def checkpoint_to_resume(path: str | Path, policy, identity: Mapping, set_aside:
         return None
     log.info("resuming %s from epoch %s", path, state.get("epoch"))
     return state
+
+
+def _exists(path: Path, state: Mapping, identity: Mapping, may_change: Iterable[str]) -> RunExistsError:
+    """What to tell a user whose new run would overwrite the checkpoint at ``path``."""
+    try:
+        check_same_run(_without(state.get("identity", {}), may_change), identity, path)
+    except ValueError:
+        saved = _without(state.get("identity", {}), may_change)
+        differing = sorted((key for key in set(saved) | set(identity) if saved.get(key) != identity.get(key)),
+                           key=lambda key: (not key.endswith("name"), key))  # names first: they say what the run is
+        details = ", ".join(f"{key}: {saved.get(key)!r} -> {identity.get(key)!r}" for key in differing[:4])
+        more = f" and {len(differing) - 4} more" if len(differing) > 4 else ""
+        return RunExistsError(
+            f"{path} holds another run ({details}{more}, epoch {state.get('epoch')}); this run would overwrite it. "
+            "Give this run a name of its own (experiment_name=..., which names its folder and W&B group), "
+            "or continue that run with its own settings (resume=true), or set its checkpoint aside (resume=auto)"
+        )
+    return RunExistsError(
+        f"{path} holds this run already (epoch {state.get('epoch')}); a new run would overwrite it. "
+        "Continue it with resume=true (a finished run writes its results again), or delete the checkpoint "
+        "to train it from the start"
+    )

@@ -19,6 +19,7 @@ machine, threads, profile).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -89,8 +90,21 @@ class TrainingRun:
         last = total if limit is None else min(total, self.epoch + int(limit))
         yield from range(self.epoch + 1, last + 1)
 
+    def diverged(self, error: BaseException) -> FloatingPointError:
+        """The error to raise when training produced a non-finite loss: says what is kept."""
+        kept = (f"{self.checkpoint_path} (epoch {self.epoch}, the last with a finite loss) is kept to resume from"
+                if self.epoch and self.checkpoint_path.exists() else "no checkpoint was written")  # fmt: skip
+        return FloatingPointError(
+            f"{error}. The run diverged in epoch {self.epoch + 1}: nothing of that epoch was saved, and {kept}. "
+            "Lower the learning rate (or check the data) and run again."
+        )
+
     def end_epoch(self, row: dict, total: int) -> None:
-        """Record ``row`` (with its ``"epoch"``), checkpoint, write the curve, log, mirror to W&B."""
+        """Record ``row`` (with its ``"epoch"``), checkpoint, write the curve, log, mirror to W&B.
+        A non-finite ``row["loss"]`` saves nothing and raises :meth:`diverged`."""
+        loss = row.get("loss")
+        if isinstance(loss, (int, float)) and not math.isfinite(loss):
+            raise self.diverged(ValueError(f"epoch {row['epoch']}: mean loss {loss}"))
         self.epoch = row["epoch"]
         self.curve.append(row)
         if self.is_main:
@@ -131,5 +145,6 @@ class TrainingRun:
                         self.wandb.summary[key] = value
                 self.wandb.finish()
             outputs = {"metrics": self.cfg.metrics_path, "curve": self.cfg.curve_path, "checkpoint": self.checkpoint_path}
+            outputs = {name: path for name, path in outputs.items() if Path(path).exists()}  # epochs=0 writes no checkpoint
             log_done({**(headline or {}), **(log_extra or {})}, outputs)
         return metrics

@@ -9,6 +9,8 @@ Evaluation reports two protocols, labelled:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -40,8 +42,10 @@ def train_one_epoch(model, loader, loss_fn, optimizer, device, two_pass_chunk_si
         else:
             value = global_batch_loss(loss_fn, model(images), labels)
             value.backward()
-        optimizer.step()
         losses.append(float(value.detach()))
+        if not math.isfinite(losses[-1]):
+            raise FloatingPointError(f"non-finite loss at {description}, step {len(losses)}: {losses[-1]}")
+        optimizer.step()
     return float(np.mean(losses))
 
 

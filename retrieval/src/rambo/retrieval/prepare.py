@@ -24,8 +24,17 @@ DATASETS = ("synthetic", "sop", "cub", "inshop")
 
 
 def prepare_one(name: str, data, source: data_stage.Source = data_stage.Source()) -> Path:
-    """Generate (``data.generate``) or download dataset ``name`` into ``data.root``."""
+    """Generate (``data.generate``) or download dataset ``name`` into ``data.root``. A real dataset
+    (``sop``, ``cub``, ``inshop``) is never generated: under a profile that trains every row on the
+    synthetic set (``mini``, ``tiny``) preparing one is an error that says how to get it."""
     if data.get("generate") is not None:
+        if name != "synthetic":
+            raise data_stage.PrepareError(
+                f"{name}: this profile trains every row on the synthetic set (data.generate is set), so preparing "
+                f"{name} here would generate synthetic images, not {name}. Prepare the real dataset under the paper "
+                f"profile (`python -m rambo.retrieval.prepare --data-dir DIR --data {name} -- profile=paper`), or "
+                "prepare `synthetic`"
+            )
         return generate_synthetic(data.root, **data.generate)
     return download(data.format, data.root, verify=source.verify, mirror=source.mirror, archive_dir=source.archive_dir)
 

@@ -20,6 +20,7 @@ into memory and augmented a batch at a time (:mod:`.in_memory_dataset`, :mod:`.b
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from torchvision.transforms import PILToTensor
 
 from rambo.harness.checkpoint import save_checkpoint
 from rambo.harness.distributed import ShardedBatchSampler, barrier, detect_setup, init_process_group, wrap_model
+from rambo.harness.row_name import check_row_name
 from rambo.harness.run import TrainingRun
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
 
@@ -44,6 +46,7 @@ from .transforms import eval_transform_of, train_transform
 from .validation_split import split_validation_classes
 
 CONFIG_DIR = Path(__file__).parent / "configs"
+log = logging.getLogger(__name__)
 
 
 def build_splits(cfg: DictConfig) -> dict:
@@ -126,8 +129,11 @@ def train(cfg: DictConfig) -> dict:
     for epoch in run.epochs(cfg.epochs):
         started = time.perf_counter()
         sampler.set_epoch(epoch)
-        loss = train_one_epoch(trained, loader, loss_fn, optimizer, device, cfg.two_pass_chunk_size,
-                               setup.is_main and cfg.progress, f"epoch {epoch}/{cfg.epochs}")  # fmt: skip
+        try:
+            loss = train_one_epoch(trained, loader, loss_fn, optimizer, device, cfg.two_pass_chunk_size,
+                                   setup.is_main and cfg.progress, f"epoch {epoch}/{cfg.epochs}")  # fmt: skip
+        except FloatingPointError as error:
+            raise run.diverged(error) from None
         scheduler.step()
         row = {"epoch": epoch, "loss": loss, "lr": scheduler.get_last_lr()[0], "seconds": round(time.perf_counter() - started, 3)}
         if setup.is_main and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
@@ -137,6 +143,9 @@ def train(cfg: DictConfig) -> dict:
                 best = Path(cfg.checkpoint_path).with_name("best_validation.pt")
                 save_checkpoint({"state": {"model": model.state_dict()}, "config": run.config, "epoch": epoch}, best)
         run.end_epoch(row, cfg.epochs)
+    if cfg.epochs == 0 and setup.is_main:  # the untrained model: the baseline a user compares against
+        log.info("epochs=0: evaluating the untrained model (no training, no checkpoint)")
+        history.append({"epoch": 0, **evaluate(model, splits, cfg.data.ks, cfg.batch_size, cfg.num_workers, device)})
     protocols = select_protocols(history)
     metrics = {"experiment": cfg.experiment_name, "seed": cfg.seed, "epochs_trained": run.epoch,
                "complete": run.epoch == cfg.epochs, **protocols}  # fmt: skip
@@ -147,6 +156,7 @@ def train(cfg: DictConfig) -> dict:
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:  # noqa: D103 (the Hydra entry point; see the module docstring)
+    check_row_name(Path(__file__).parent / "configs", cfg.experiment_name)  # one name per row (rambo.harness.row_name)
     train(cfg)
 
 

@@ -49,6 +49,7 @@ DATASETS: dict[str, tuple[DatasetFile, ...]] = {
             md5="97eceeb196236b17998738112f37df78",
             extract=True,
             ready="CUB_200_2011/images.txt",
+            found_at=("images.txt",),  # the loader's other layout: the dataset folder itself
         ),
     ),
     "sop": (
@@ -62,6 +63,7 @@ DATASETS: dict[str, tuple[DatasetFile, ...]] = {
             md5="7f73d41a2f44250d4779881525aea32e",
             extract=True,
             ready="Stanford_Online_Products/Ebay_test.txt",
+            found_at=("Ebay_test.txt",),  # the loader's other layout: the dataset folder itself
         ),
     ),
     "inshop": (
