@@ -20,7 +20,9 @@ def test_resnet50_classifier_replaced_by_512d_embedding():
     assert net.embedding.in_features == 2048 and net.embedding.out_features == 512
 
 
-def test_frozen_batchnorm_keeps_statistics_and_parameters():
+def test_frozen_batchnorm_keeps_its_statistics_and_trains_its_affine_weights():
+    """As the references do (Roth et al.'s and the Recall@k code's ResNet-50: BatchNorm in eval
+    mode, its weight and bias still trained; the settings ledger, issue 21)."""
     net = EmbeddingNet("small_convnet", embedding_dim=8, pretrained=False, width=4, freeze_batchnorm=True)
     net.train()
     bn = net.backbone.features[1]
@@ -28,7 +30,9 @@ def test_frozen_batchnorm_keeps_statistics_and_parameters():
     net(torch.randn(4, 3, 32, 32) * 5 + 3)
     assert not bn.training
     torch.testing.assert_close(bn.running_mean, before)
-    assert not any(p.requires_grad for p in bn.parameters())
+    assert all(p.requires_grad for p in bn.parameters())
+    net(torch.randn(4, 3, 32, 32)).sum().backward()
+    assert bn.weight.grad is not None and bn.weight.grad.abs().sum() > 0
     # without freezing, the same forward moves the running mean
     free = EmbeddingNet("small_convnet", embedding_dim=8, pretrained=False, width=4)
     free.train()

@@ -81,8 +81,10 @@ class EmbeddingNet(torch.nn.Module):
     Args:
         backbone: one of ``BACKBONES``. embedding_dim: 512 in the paper.
         pretrained: load ImageNet weights (local file ``weights_path`` or the torchvision cache).
-        freeze_batchnorm: keep every BatchNorm in eval mode with frozen affine parameters, so
-            batch statistics of small per-class batches do not drift the ImageNet ones.
+        freeze_batchnorm: keep every BatchNorm in eval mode (its running statistics frozen), so
+            batch statistics of small per-class batches do not drift the ImageNet ones; the
+            affine weights still train, as in the references (Roth et al.'s and the Recall@k
+            code's ResNet-50: ``module.eval()`` only).
         width: channel width of ``small_convnet``.
     """
 
@@ -101,10 +103,6 @@ class EmbeddingNet(torch.nn.Module):
         self.backbone, features = _backbone(backbone, pretrained, weights_path, width)
         self.embedding = torch.nn.Linear(features, int(embedding_dim))
         self.freeze_batchnorm = bool(freeze_batchnorm)
-        if self.freeze_batchnorm:
-            for module in self._batchnorms():
-                for parameter in module.parameters():
-                    parameter.requires_grad_(False)
         self.train()
 
     def _batchnorms(self):
