@@ -62,7 +62,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--test-root", help="ImageFolder of held-out classes to score (default: --root)")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="images per batch (default: 64, or classes x samples-per-class when the folder has fewer classes)")
     parser.add_argument("--samples-per-class", type=int, default=4, help="images of each class in a batch")
     parser.add_argument("--embedding-dim", type=int, default=512)
     parser.add_argument("--lr", type=float, default=1e-4)
@@ -78,6 +79,9 @@ def main(argv=None) -> dict:
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
     train_set = torchvision.datasets.ImageFolder(args.root, transform=image_transform(args.image_size, train=True))
+    if args.batch_size is None:  # a batch holds batch / m distinct classes: at most the folder's
+        args.batch_size = min(64 // args.samples_per_class, len(train_set.classes)) * args.samples_per_class
+        print(f"batch size {args.batch_size} ({args.batch_size // args.samples_per_class} classes x {args.samples_per_class})")
     sampler = MPerClassBatchSampler(
         train_set.targets, batch_size=args.batch_size, samples_per_class=args.samples_per_class, seed=args.seed,
         batches_per_epoch=max(1, len(train_set) // args.batch_size),

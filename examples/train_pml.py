@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
 import torch
 import torchvision
 from pytorch_metric_learning.samplers import MPerClassSampler
@@ -56,7 +57,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--test-root", help="ImageFolder of held-out classes to score (default: --root)")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="images per batch (default: 64, or classes x samples-per-class when the folder has fewer classes)")
     parser.add_argument("--samples-per-class", type=int, default=4, help="m of PML's MPerClassSampler")
     parser.add_argument("--embedding-dim", type=int, default=512)
     parser.add_argument("--lr", type=float, default=1e-4)
@@ -70,8 +72,12 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
+    np.random.seed(args.seed)  # PML's samplers draw from numpy's global generator (its c_f.NUMPY_RANDOM)
     device = torch.device(args.device)
     train_set = torchvision.datasets.ImageFolder(args.root, transform=image_transform(args.image_size, train=True))
+    if args.batch_size is None:  # a batch holds batch / m distinct classes: at most the folder's
+        args.batch_size = min(64 // args.samples_per_class, len(train_set.classes)) * args.samples_per_class
+        print(f"batch size {args.batch_size} ({args.batch_size // args.samples_per_class} classes x {args.samples_per_class})")
     sampler = MPerClassSampler(
         train_set.targets, m=args.samples_per_class, batch_size=args.batch_size,
         length_before_new_iter=max(len(train_set) // args.batch_size, 1) * args.batch_size,

@@ -74,6 +74,21 @@ def test_train_pml(image_folder):
     _check_retrieval_output(_run("train_pml.py", "--root", str(image_folder), *TINY_RETRIEVAL))
 
 
+@pytest.mark.parametrize("script", ["train_imagefolder.py", "train_pml.py"])
+def test_the_default_batch_fits_a_folder_of_few_classes_and_a_seed_repeats_the_run(image_folder, script):
+    """Issue 22: both examples' default batch (64 = 16 classes x 4) failed on a folder of fewer
+    classes, and train_pml.py was not reproducible with --seed (PML draws from numpy's generator)."""
+    pytest.importorskip("faiss")
+    if script == "train_pml.py":
+        pytest.importorskip("pytorch_metric_learning")
+    no_batch = [a for i, a in enumerate(TINY_RETRIEVAL) if "--batch-size" not in TINY_RETRIEVAL[max(i - 1, 0):i + 1]]
+    first = _run(script, "--root", str(image_folder), *no_batch, "--seed", "3")
+    assert "batch size 16 (4 classes x 4)" in first  # the folder has 4 classes
+    _check_retrieval_output(first)
+    again = _run(script, "--root", str(image_folder), *no_batch, "--seed", "3")
+    assert again == first
+
+
 def test_detection_torchvision():
     stdout = _run("detection_torchvision.py", "--steps", "2", "--image-size", "64", "--batch-size", "2", "--device", "cpu")
     losses = re.findall(r"step \d+/2\s+loss (\S+)\s+\(loss_classifier (\S+)", stdout)
