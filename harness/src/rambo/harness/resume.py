@@ -51,14 +51,20 @@ def run_identity(config: Mapping, may_change: Iterable[str] = ()) -> dict:
     return flat
 
 
+def differences(saved: Mapping, current: Mapping, shown: int, order=None) -> str:
+    """``"key: old -> new, ..."`` for the first ``shown`` differing keys (sorted, by ``order`` when
+    given), ``" and N more"`` after them; ``""`` when the two identities are equal."""
+    differing = sorted((key for key in set(saved) | set(current) if saved.get(key) != current.get(key)), key=order)
+    details = ", ".join(f"{key}: {saved.get(key)!r} -> {current.get(key)!r}" for key in differing[:shown])
+    return details + (f" and {len(differing) - shown} more" if len(differing) > shown else "")
+
+
 def check_same_run(saved: Mapping, current: Mapping, path: str | Path) -> None:
     """``ValueError`` naming the differing keys (old -> new) unless the two identities are equal."""
-    differing = sorted(key for key in set(saved) | set(current) if saved.get(key) != current.get(key))
-    if differing:
-        details = ", ".join(f"{key}: {saved.get(key)!r} -> {current.get(key)!r}" for key in differing[:6])
-        more = f" and {len(differing) - 6} more" if len(differing) > 6 else ""
+    details = differences(saved, current, 6)
+    if details:
         raise ValueError(
-            f"{path} was written by a different configuration ({details}{more}); "
+            f"{path} was written by a different configuration ({details}); "
             "use another checkpoint_path, or resume=false to start over"
         )
 
@@ -102,16 +108,11 @@ def checkpoint_to_resume(path: str | Path, policy, identity: Mapping, set_aside:
 
 def _exists(path: Path, state: Mapping, identity: Mapping, may_change: Iterable[str]) -> RunExistsError:
     """What to tell a user whose new run would overwrite the checkpoint at ``path``."""
-    try:
-        check_same_run(_without(state.get("identity", {}), may_change), identity, path)
-    except ValueError:
-        saved = _without(state.get("identity", {}), may_change)
-        differing = sorted((key for key in set(saved) | set(identity) if saved.get(key) != identity.get(key)),
-                           key=lambda key: (not key.endswith("name"), key))  # names first: they say what the run is
-        details = ", ".join(f"{key}: {saved.get(key)!r} -> {identity.get(key)!r}" for key in differing[:4])
-        more = f" and {len(differing) - 4} more" if len(differing) > 4 else ""
+    names_first = lambda key: (not key.endswith("name"), key)  # noqa: E731 (names say what the run is)
+    details = differences(_without(state.get("identity", {}), may_change), identity, 4, names_first)
+    if details:
         return RunExistsError(
-            f"{path} holds another run ({details}{more}, epoch {state.get('epoch')}); this run would overwrite it. "
+            f"{path} holds another run ({details}, epoch {state.get('epoch')}); this run would overwrite it. "
             "Give this run a name of its own (experiment_name=..., which names its folder and W&B group), "
             "or continue that run with its own settings (resume=true), or set its checkpoint aside (resume=auto)"
         )
