@@ -81,3 +81,13 @@ def test_dataset_joins_several_roots_and_rejects_unknown_classes(tmp_path):
     with pytest.raises(ValueError, match="not in the class list"):
         dataset[1]
     assert len(VOCDetectionDataset([first, second], "trainval", ("cat",), max_images=2)) == 2
+
+
+@pytest.mark.parametrize("given", ["VOC2007", "VOCdevkit"])
+def test_a_data_root_one_level_too_deep_is_named(tmp_path, given):
+    """``data.root=.../VOCdevkit/VOC2007`` (or ``.../VOCdevkit``): the config appends VOCdevkit/VOC2007 to it."""
+    year = write_voc(tmp_path / "VOCdevkit" / "VOC2007", {"1": [("cat", 1, 2, 5, 20, 0)]})
+    root = year if given == "VOC2007" else year.parent
+    with pytest.raises(ValueError, match=rf"{root} looks like a VOC folder itself: data.root is the folder that holds VOCdevkit/VOC2007"):
+        read_image_set(root / "VOCdevkit" / "VOC2007", "trainval")
+    assert read_image_set(tmp_path / "VOCdevkit" / "VOC2007", "trainval") == ["1"]

@@ -9,6 +9,7 @@ import torch
 from PIL import Image
 
 from rambo.retrieval.datasets import ImageRetrievalDataset, load_cub, load_dataset, load_inshop, load_sop
+from rambo.retrieval.datasets.imagefolder import load_imagefolder
 
 
 def write_jpeg(path: Path, colour: tuple[int, int, int], mode: str = "RGB") -> None:
@@ -226,3 +227,50 @@ def test_malformed_index_files_name_file_and_line(tmp_path):
     (tmp_path / "list_eval_partition.txt").write_text(partition)
     with pytest.raises(ValueError, match="unknown evaluation_status"):
         load_inshop(tmp_path, "train")
+
+
+def make_imagefolder(root: Path, classes: dict[str, int]) -> None:
+    for index, (name, count) in enumerate(classes.items()):
+        for image in range(count):
+            write_jpeg(root / name / f"{image}.JPG", (index * 40 % 256, image * 50 % 256, 90))
+
+
+def test_imagefolder_splits_sorted_class_folders_in_halves(tmp_path):
+    make_imagefolder(tmp_path, {"b_shoe": 2, "a_bag": 3, "d_hat": 2, "c_cup": 4, "e_pen": 1})
+    (tmp_path / "a_bag" / "notes.txt").write_text("not an image")
+    (tmp_path / ".thumbnails").mkdir()
+    write_jpeg(tmp_path / ".thumbnails" / "x.jpg", (1, 2, 3))
+    write_jpeg(tmp_path / "a_bag" / ".hidden" / "x.jpg", (1, 2, 3))
+    (tmp_path / "empty_class").mkdir()  # no images: not a class
+    train, test = load_imagefolder(tmp_path, "train"), load_imagefolder(tmp_path, "test")
+    # 5 classes with images, sorted: a_bag, b_shoe | c_cup, d_hat, e_pen
+    assert [p.parent.name for p in train.image_paths] == ["a_bag"] * 3 + ["b_shoe"] * 2
+    assert train.labels.tolist() == [0, 0, 0, 1, 1] and train.super_labels is None
+    assert [p.parent.name for p in test.image_paths] == ["c_cup"] * 4 + ["d_hat"] * 2 + ["e_pen"]
+    assert test.labels.tolist() == [0, 0, 0, 0, 1, 1, 2]
+    assert load_dataset("imagefolder", tmp_path, "test", transform=lambda image: image.size)[0][0] == (8, 6)
+
+
+def test_imagefolder_reads_the_users_own_train_and_test_folders(tmp_path):
+    make_imagefolder(tmp_path / "train", {"x": 2, "y": 2})
+    make_imagefolder(tmp_path / "test", {"p": 3, "q": 2, "r": 2})
+    assert len(load_imagefolder(tmp_path, "train")) == 4
+    test = load_imagefolder(tmp_path, "test")
+    assert test.num_classes == 3 and len(test) == 7
+
+
+@pytest.mark.parametrize(
+    "make, split, error, message",
+    [
+        (lambda root: None, "train", FileNotFoundError, "is not a folder"),
+        (lambda root: make_imagefolder(root, {"only": 3}), "train", ValueError, "holds 1 class folder"),
+        (lambda root: make_imagefolder(root, {"a": 2, "b": 2}), "val", ValueError, "split must be one of"),
+        (lambda root: (make_imagefolder(root / "train", {"a": 2, "b": 2}), make_imagefolder(root / "test", {"c": 2})),
+         "test", ValueError, r"test holds 1 class folder"),
+    ],
+)
+def test_imagefolder_rejects_what_it_cannot_split(tmp_path, make, split, error, message):
+    root = tmp_path / "images"
+    make(root)
+    with pytest.raises(error, match=message):
+        load_imagefolder(root, split)

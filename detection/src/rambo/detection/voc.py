@@ -84,9 +84,15 @@ def parse_annotation(path: str | Path) -> VOCAnnotation:
 
 def read_image_set(root: str | Path, image_set: str) -> list[str]:
     """Image ids listed in ``ROOT/ImageSets/Main/<image_set>.txt`` (e.g. ``trainval``, ``test``)."""
-    path = Path(root) / "ImageSets" / "Main" / f"{image_set}.txt"
+    root = Path(root)
+    path = root / "ImageSets" / "Main" / f"{image_set}.txt"
     if not path.is_file():
-        raise ValueError(f"image set file not found: {path} (is {root} a VOC folder like VOCdevkit/VOC2007?)")
+        hint = ""
+        # data.root=.../VOC2007 or .../VOCdevkit where the config appends VOCdevkit/VOC2007 to it
+        given = root.parents[1] if root.parent.name == "VOCdevkit" and len(root.parents) > 1 else None
+        if given is not None and not root.exists() and ((given / "ImageSets").is_dir() or (given / root.name).is_dir()):
+            hint = f"; {given} looks like a VOC folder itself: data.root is the folder that holds VOCdevkit/{root.name}"
+        raise ValueError(f"image set file not found: {path} (is {root} a VOC folder like VOCdevkit/VOC2007?){hint}")
     return [line.split()[0] for line in path.read_text().splitlines() if line.strip()]
 
 

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 # Paper's K per dataset (Tables 2-4).
-PAPER_KS = {"sop": (1, 10, 100, 1000), "synthetic": (1, 10, 100, 1000), "cub": (1, 2, 4, 8), "inshop": (1, 10, 20, 30, 50)}
+PAPER_KS = {"sop": (1, 10, 100, 1000), "synthetic": (1, 10, 100, 1000), "cub": (1, 2, 4, 8), "inshop": (1, 10, 20, 30, 50),
+            "imagefolder": (1, 2, 4, 8, 16)}  # imagefolder: a user's folder (configs/data/imagefolder.yaml's ks)
 _QUERY_CHUNK = 4096  # bounds the [chunk, k] neighbour arrays at SOP scale
 
 

@@ -232,9 +232,12 @@ class SuperLabelBatchSampler(_EpochBatchSampler):
         ]
         if not self.pairs:
             needs = f"{half} classes in each of its super-labels" if split == "halves" else f"{self.classes_per_batch} classes"
+            ordered = sorted(size.values(), reverse=True)
+            most = 2 * ordered[1] if split == "halves" else ordered[0] + ordered[1]  # classes the best pair offers
             raise ValueError(
                 f"no pair of super-labels holds {needs} "
-                f"(batch_size {batch_size} / samples_per_class {samples_per_class}); lower the batch size"
+                f"(batch_size {batch_size} / samples_per_class {samples_per_class}); lower the batch size: "
+                f"the largest that fits is batch_size={most * samples_per_class} ({most} classes)"
             )
         if every_pair:
             self.batches_per_epoch = len(self.pairs) * self.batches_per_super_pair

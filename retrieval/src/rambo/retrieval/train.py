@@ -5,6 +5,7 @@ life (resume, checkpoints, curve, W&B, metrics) in :mod:`rambo.harness.run`.
     python -m rambo.retrieval.train                                   # mini profile, synthetic set
     python -m rambo.retrieval.train experiment=sop_log profile=paper  # a paper row
     python -m rambo.retrieval.train experiment=synthetic_contrastive seed=1
+    python -m rambo.retrieval.train data=sop data.root=DIR            # your folder, mini scale (.own_data)
     python -m rambo.retrieval.train ... resume=true                   # continue a killed run
     torchrun --nproc_per_node=4 -m rambo.retrieval.train ...          # DDP, ranks over the global batch
 
@@ -41,6 +42,7 @@ from .datasets import generate_synthetic, load_dataset
 from .engine import evaluate, select_protocols, train_one_epoch
 from .in_memory_dataset import InMemoryImageDataset
 from .model import build_model
+from .own_data import use_own_data
 from .samplers import MPerClassBatchSampler, SuperLabelBatchSampler
 from .transforms import eval_transform_of, train_transform
 from .validation_split import split_validation_classes
@@ -157,6 +159,9 @@ def train(cfg: DictConfig) -> dict:
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:  # noqa: D103 (the Hydra entry point; see the module docstring)
     check_row_name(Path(__file__).parent / "configs", cfg.experiment_name)  # one name per row (rambo.harness.row_name)
+    source = use_own_data(cfg.data)  # data=sop data.root=DIR under mini trains on DIR (.own_data)
+    if source:
+        log.info(source)
     train(cfg)
 
 

@@ -6,7 +6,8 @@ Public API::
     load_sop(root, split)       split in {"train", "test"}            Ebay_train.txt / Ebay_test.txt
     load_cub(root, split)       split in {"train", "test"}            first / last 100 classes
     load_inshop(root, split)    split in {"train", "query", "gallery"} list_eval_partition.txt
-    load_dataset(name, root, split, transform=None)   name in {"sop", "cub", "inshop", "synthetic"}
+    load_imagefolder(root, split) split in {"train", "test"}          DIR/<class>/<image>: class halves
+    load_dataset(name, root, split, transform=None)   name in {"sop", "cub", "inshop", "synthetic", "imagefolder"}
     generate_synthetic(root, seed=0, ...) -> Path     the embedded set, in the SOP layout
     download(name, root)                              official URLs, pinned checksums
 
@@ -16,6 +17,7 @@ CLIs: ``python -m rambo.retrieval.datasets.synthetic ROOT --seed 0`` and
 
 from .cub import load_cub
 from .download import download
+from .imagefolder import load_imagefolder
 from .image_retrieval_dataset import ImageRetrievalDataset
 from .inshop import load_inshop
 from .loading import load_dataset
@@ -41,6 +43,7 @@ __all__ = [
     "generate_synthetic",
     "load_cub",
     "load_dataset",
+    "load_imagefolder",
     "load_inshop",
     "load_sop",
 ]

@@ -43,3 +43,18 @@ def check_split(split: str, allowed: tuple[str, ...], dataset: str) -> None:
     """Raise ``ValueError`` unless ``split`` is one of ``allowed``."""
     if split not in allowed:
         raise ValueError(f"{dataset} split must be one of {allowed}, got {split!r}")
+
+
+# The index file of each official layout, at the dataset folder or in the folder its archive extracts to.
+LAYOUT_MARKERS = {
+    "sop": ("Ebay_train.txt", "Stanford_Online_Products/Ebay_train.txt"),
+    "cub": ("images.txt", "CUB_200_2011/images.txt"),
+    "inshop": ("list_eval_partition.txt", "Eval/list_eval_partition.txt"),
+}
+
+
+def detect_layout(root: Path | str) -> str | None:
+    """``sop``, ``cub`` or ``inshop`` when ``root`` (or its official subfolder) holds that dataset's
+    index file, else ``None``. An ImageFolder tree has no index file: it is not detected here."""
+    root = Path(root)
+    return next((name for name, paths in LAYOUT_MARKERS.items() if any((root / p).is_file() for p in paths)), None)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .cub import load_cub
 from .image_retrieval_dataset import ImageRetrievalDataset
+from .imagefolder import load_imagefolder
 from .inshop import load_inshop
 from .sop import load_sop
 
@@ -16,13 +17,14 @@ LOADERS: dict[str, Callable[..., ImageRetrievalDataset]] = {
     "cub": load_cub,
     "inshop": load_inshop,
     "synthetic": load_sop,
+    "imagefolder": load_imagefolder,
 }
 
 
 def load_dataset(
     name: str, root: Path | str, split: str, transform: Callable | None = None
 ) -> ImageRetrievalDataset:
-    """Load split ``split`` of dataset ``name`` (``sop``, ``cub``, ``inshop`` or ``synthetic``) from ``root``."""
+    """Load split ``split`` of dataset ``name`` (``sop``, ``cub``, ``inshop``, ``synthetic`` or ``imagefolder``) from ``root``."""
     if name not in LOADERS:
         raise ValueError(f"unknown dataset {name!r}; expected one of {sorted(LOADERS)}")
     return LOADERS[name](root, split, transform=transform)

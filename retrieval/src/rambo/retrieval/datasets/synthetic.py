@@ -35,6 +35,8 @@ from PIL import Image
 from rambo.harness.atomic import give_default_permissions
 from tqdm import tqdm
 
+from .layout import detect_layout
+
 # Bump when the drawing changes, so an old copy on disk is not mistaken for the current one.
 GENERATOR_VERSION = 1
 MANIFEST = "synthetic.json"
@@ -276,14 +278,6 @@ def _matches(root: Path, params: SyntheticParameters) -> bool:
         return False
 
 
-def _real_layout(root: Path) -> str | None:
-    """``sop``, ``cub`` or ``inshop`` when ``root`` (or its official subfolder) holds that index."""
-    markers = {"sop": ("Ebay_train.txt", "Stanford_Online_Products/Ebay_train.txt"),
-               "cub": ("images.txt", "CUB_200_2011/images.txt"),
-               "inshop": ("list_eval_partition.txt", "Eval/list_eval_partition.txt")}  # fmt: skip
-    return next((name for name, paths in markers.items() if any((root / p).is_file() for p in paths)), None)
-
-
 def _previous_synthetic(root: Path) -> dict | None:
     """The parameters of the synthetic set in ``root`` (its manifest), or None if it holds none."""
     try:
@@ -321,17 +315,17 @@ def generate_synthetic(
         return root
     previous = _previous_synthetic(root)
     if previous is None and root.exists() and (not root.is_dir() or any(root.iterdir())):
-        layout = _real_layout(root)
+        layout = detect_layout(root)
         if layout is not None:
             raise ValueError(
                 f"{root} holds a dataset in the {layout} layout, not the synthetic set this config generates "
                 f"(data.generate is set, as the mini and tiny profiles do); nothing was written. To train on it: "
-                f"data.format={layout} data.root={root} data.generate=null (the README's 'Your own data')"
+                f"data={layout} data.root={root} (the README's 'Training on your own data')"
             )
         raise ValueError(
             f"{root} is not empty and holds no synthetic set (no {MANIFEST}); nothing was written there. "
-            "Point data.root at an empty or new folder for the synthetic set, or, for a dataset of yours, "
-            "set data.format and data.generate=null (the README's 'Your own data')"
+            "Point data.root at an empty or new folder for the synthetic set, or, for a dataset of yours, choose "
+            "its layout: data=sop, cub, inshop or imagefolder with data.root=DIR (the README's 'Training on your own data')"
         )
     root.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{root.name}.partial-", dir=root.parent))
