@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from rambo.core import metrics as core_metrics
 from rambo.core.pairwise import off_diagonal
-from rambo.retrieval.evaluate import map_at_r, r_precision, recall_at_k, retrieval_metrics
+from rambo.retrieval.evaluate import map_at_r, mean_pairwise_cosine, r_precision, recall_at_k, retrieval_metrics
 
 torch.set_num_threads(1)
 KS = (1, 2, 4, 8, 16)
@@ -115,3 +115,17 @@ def test_faiss_loader_lines_are_debug_not_info(level, shown):
             "from rambo.retrieval.evaluate import import_faiss; import_faiss()")  # fmt: skip
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert ("faiss.loader" in result.stderr) is shown, result.stderr
+
+
+def test_mean_pairwise_cosine_against_every_pair():
+    """The spread of the embeddings (the collapse warning): the mean of u_i . u_j over i != j."""
+    rng = np.random.default_rng(3)
+    for embeddings in (rng.normal(size=(7, 5)), rng.normal(size=(40, 3)) + 4.0, rng.normal(size=(2, 9))):
+        unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+        n = len(unit)
+        brute = sum(float(unit[i] @ unit[j]) for i in range(n) for j in range(n) if i != j) / (n * (n - 1))
+        assert mean_pairwise_cosine(embeddings.astype(np.float32)) == pytest.approx(brute, abs=1e-6)
+    assert mean_pairwise_cosine(np.ones((5, 3))) == pytest.approx(1.0)
+    assert mean_pairwise_cosine(np.array([[1.0, 0.0], [-1.0, 0.0]])) == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="at least 2 embeddings"):
+        mean_pairwise_cosine(np.ones((1, 3)))

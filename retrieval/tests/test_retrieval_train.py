@@ -254,3 +254,26 @@ def test_inshop_row_trains_and_evaluates_query_against_gallery(tmp_path):
     for k in (1, 2, 4):
         assert (metrics["paper_protocol"][f"R@{k}"] * 8) == pytest.approx(round(metrics["paper_protocol"][f"R@{k}"] * 8))
     assert metrics["paper_protocol"]["R@4"] >= metrics["paper_protocol"]["R@1"]
+
+
+def test_collapse_warning_names_the_split_and_what_to_try():
+    from rambo.retrieval.engine import COLLAPSE_COSINE, collapse_warning
+
+    spread = {"validation": {"R@1": 0.5, "mean_cosine": 0.998}, "test": {"R@1": 0.4, "mean_cosine": 0.5}}
+    warning = collapse_warning(spread)
+    assert "mean pairwise cosine 0.9980 on the validation split" in warning and "data.margin" in warning
+    assert collapse_warning({"test": {"mean_cosine": 0.995}}).count("on the test split") == 1  # no validation split
+    assert collapse_warning({"validation": {"mean_cosine": COLLAPSE_COSINE - 1e-3}, "test": {"mean_cosine": 1.0}}) is None
+
+
+def test_every_evaluation_records_the_spread_and_a_collapse_is_logged(data_dir, tmp_path, caplog, monkeypatch):
+    import logging
+
+    from rambo.retrieval import engine, train as train_module
+
+    monkeypatch.setattr(train_module, "collapse_warning", lambda record: engine.collapse_warning(record, threshold=-1.0))
+    with caplog.at_level(logging.WARNING):
+        train(tiny(data_dir, tmp_path, "epochs=1", "scheduler.milestones=[1]"))
+    curve = json.loads((tmp_path / "curve.json").read_text())
+    assert all(-1.0 <= curve[-1][f"{split}/mean_cosine"] <= 1.0 for split in ("test", "validation"))
+    assert "epoch 1: the embedding has collapsed: mean pairwise cosine" in caplog.text

@@ -17,11 +17,14 @@ import torch
 from rambo.harness.run_log import progress
 
 from .distributed import global_batch_loss
-from .evaluate import compute_embeddings, evaluate_model, retrieval_metrics
+from .evaluate import compute_embeddings, evaluate_model, mean_pairwise_cosine, retrieval_metrics
 from .two_pass import two_pass_backward
 
 PAPER_PROTOCOL = "best test R@1 over the periodic evaluations (Kim et al. 2018; the paper's reporting)"
 FAIR_PROTOCOL = "test metrics of the evaluation with the best R@1 on a class-disjoint validation split"
+# Mean pairwise cosine at which an evaluation warns of a collapsed embedding. Measured (README, "When
+# the embedding collapses"): 0.998 for every RaMBO run without its margin; 0.56-0.92 for the others.
+COLLAPSE_COSINE = 0.99
 
 
 def train_one_epoch(model, loader, loss_fn, optimizer, device, two_pass_chunk_size: int | None = None,
@@ -51,15 +54,37 @@ def train_one_epoch(model, loader, loss_fn, optimizer, device, two_pass_chunk_si
 
 def evaluate(model, splits: dict, ks, batch_size: int, num_workers: int, device) -> dict:
     """``{"validation": metrics, "test": metrics}`` of ``model`` (``"validation"`` when ``splits``
-    has one; the test split is ``"test"`` or ``"query"`` + ``"gallery"``)."""
+    has one; the test split is ``"test"`` or ``"query"`` + ``"gallery"``). Each holds
+    ``mean_cosine`` as well, the spread of its embeddings (:func:`collapse_warning`)."""
     ks = list(ks)
     record = {}
     if splits.get("validation") is not None:
         embeddings, labels = compute_embeddings(model, splits["validation"], batch_size, num_workers, device)
-        record["validation"] = retrieval_metrics(embeddings, labels, ks)
+        record["validation"] = {**retrieval_metrics(embeddings, labels, ks), "mean_cosine": mean_pairwise_cosine(embeddings)}
     test = {k: v for k, v in splits.items() if k in ("test", "query", "gallery")}
-    record["test"] = evaluate_model(model, test, ks, batch_size, num_workers, device)
+    record["test"] = evaluate_model(model, test, ks, batch_size, num_workers, device, spread=True)
     return record
+
+
+def collapse_warning(record: dict, threshold: float = COLLAPSE_COSINE) -> str | None:
+    """The warning to log when an evaluation's embeddings have collapsed: their mean pairwise cosine
+    (validation split, else test) is at least ``threshold``; ``None`` otherwise.
+
+    A rank loss without a margin is invariant to the scale of the score differences, and its
+    gradient pulls the embeddings together (measured in the README's "When the embedding
+    collapses"): the ranking may still be right, but every score lies within a hair of the others.
+    """
+    split = "validation" if record.get("validation") else "test"
+    spread = record.get(split, {}).get("mean_cosine")
+    if spread is None or spread < threshold:
+        return None
+    return (
+        f"the embedding has collapsed: mean pairwise cosine {spread:.4f} on the {split} split (>= {threshold}). "
+        "The order of the scores may still be right, but they lie within a hair of each other, and near a point "
+        "the gradient vanishes. A rank loss sees only the order: give it a margin (data.margin; RaMBO's 0.02, "
+        "or larger), and check that the labels are something a network can see, e.g. with loss=contrastive "
+        "(the README's 'When the embedding collapses')"
+    )
 
 
 def select_protocols(history: list[dict]) -> dict:

@@ -203,14 +203,32 @@ def compute_embeddings(model: torch.nn.Module, dataset, batch_size: int = 256, n
     return torch.cat(embeddings), torch.cat(labels)
 
 
-def evaluate_model(model, splits: dict, ks, batch_size: int = 256, num_workers: int = 0, device="cpu"):
-    """Metrics of ``model`` on a test split: ``splits`` maps "test" (or "query" and "gallery") to datasets."""
+def mean_pairwise_cosine(embeddings) -> float:
+    """Mean cosine similarity over all pairs ``i != j`` of the rows of ``embeddings`` ``[n, D]``:
+    1.0 when every embedding points the same way (collapsed), about 0 for spread-out ones.
+
+    ``sum_{i != j} u_i . u_j = |sum_i u_i|^2 - n`` for unit vectors ``u_i``: O(n D), no n x n matrix.
+    """
+    unit = _normalise(np.asarray(embeddings, dtype=np.float64))
+    n = unit.shape[0]
+    if n < 2:
+        raise ValueError(f"the mean pairwise cosine needs at least 2 embeddings, got {n}")
+    total = unit.sum(axis=0)
+    return float((total @ total - n) / (n * (n - 1)))
+
+
+def evaluate_model(model, splits: dict, ks, batch_size: int = 256, num_workers: int = 0, device="cpu",
+                   spread: bool = False) -> dict:  # fmt: skip
+    """Metrics of ``model`` on a test split: ``splits`` maps "test" (or "query" and "gallery") to datasets.
+    ``spread``: add ``mean_cosine``, the :func:`mean_pairwise_cosine` of the test (gallery) embeddings."""
     if "query" in splits:
         gallery, gallery_labels = compute_embeddings(model, splits["gallery"], batch_size, num_workers, device)
         query, query_labels = compute_embeddings(model, splits["query"], batch_size, num_workers, device)
-        return retrieval_metrics(gallery, gallery_labels, ks, query, query_labels)
-    embeddings, labels = compute_embeddings(model, splits["test"], batch_size, num_workers, device)
-    return retrieval_metrics(embeddings, labels, ks)
+        metrics = retrieval_metrics(gallery, gallery_labels, ks, query, query_labels)
+    else:
+        gallery, labels = compute_embeddings(model, splits["test"], batch_size, num_workers, device)
+        metrics = retrieval_metrics(gallery, labels, ks)
+    return {**metrics, "mean_cosine": mean_pairwise_cosine(gallery)} if spread else metrics
 
 
 def main(argv=None) -> dict:

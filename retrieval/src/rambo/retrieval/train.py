@@ -39,7 +39,7 @@ from rambo.harness.runtime import resolve_device, seed_everything, set_threads
 
 from .batch_transforms import BatchTrainAugmentation
 from .datasets import generate_synthetic, load_dataset
-from .engine import evaluate, select_protocols, train_one_epoch
+from .engine import collapse_warning, evaluate, select_protocols, train_one_epoch
 from .in_memory_dataset import InMemoryImageDataset
 from .model import build_model
 from .own_data import use_own_data
@@ -140,6 +140,8 @@ def train(cfg: DictConfig) -> dict:
         row = {"epoch": epoch, "loss": loss, "lr": scheduler.get_last_lr()[0], "seconds": round(time.perf_counter() - started, 3)}
         if setup.is_main and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
             history.append({"epoch": epoch, **evaluate(model, splits, cfg.data.ks, cfg.batch_size, cfg.num_workers, device)})
+            if warning := collapse_warning(history[-1]):
+                log.warning("epoch %d: %s", epoch, warning)
             row.update({f"{split}/{k}": v for split in ("test", "validation") for k, v in history[-1].get(split, {}).items()})
             if history[-1].get("validation") and select_protocols(history)["fair_protocol"]["epoch"] == epoch:
                 best = Path(cfg.checkpoint_path).with_name("best_validation.pt")
