@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from .rank_loss import RankLoss, ranks_of_relevant_items
+from .rank_loss import RankLoss, mean_over_relevant_items
 from .validation import check_lam, check_margin
+
+
+def precision(ranks: torch.Tensor, ranks_relevant: torch.Tensor) -> torch.Tensor:
+    """Eq. 21 per relevant item: ``rank(y+) / rank_alpha(y)``."""
+    return ranks_relevant / ranks
 
 
 class APLoss(RankLoss):
@@ -26,10 +31,8 @@ class APLoss(RankLoss):
         self.lam = check_lam(lam)
 
     def row_losses(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-        rows, ranks, ranks_relevant = ranks_of_relevant_items(scores, relevant, self.margin, self.lam)
-        precision = ranks_relevant / ranks  # Eq. 21, one entry per relevant item
-        sum_of_precisions = ranks.new_zeros(scores.shape[0]).index_add(0, rows, precision)
-        return 1.0 - sum_of_precisions / torch.bincount(rows, minlength=scores.shape[0]).clamp(min=1)  # relevant per row
+        # Eq. 21: precision(i) = rank(y+)_i / rank_alpha(y)_i, averaged over the row's relevant items
+        return 1.0 - mean_over_relevant_items(scores, relevant, self.margin, self.lam, precision)
 
     def extra_repr(self) -> str:
         return f"margin={self.margin}, lam={self.lam}"

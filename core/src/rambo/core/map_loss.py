@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .ap_loss import APLoss
+from .loss_path import host_checks
 from .validation import check_scores_and_relevance
 
 
@@ -18,7 +19,7 @@ class MAPLoss(APLoss):
     ranked_dim = 0
 
     def forward(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        check_scores_and_relevance(scores, labels)
+        check_scores_and_relevance(scores, labels, finite=host_checks(scores))
         return super().forward(scores.transpose(0, 1), labels.transpose(0, 1))
 
 
@@ -28,5 +29,5 @@ class APCLoss(APLoss):
     ranked_dim = 0
 
     def forward(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        check_scores_and_relevance(scores, labels)
+        check_scores_and_relevance(scores, labels, finite=host_checks(scores))
         return super().forward(scores.reshape(1, -1), labels.reshape(1, -1))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from .loss_path import use_dense
+
 
 def shift_by_margin(
     scores: torch.Tensor,
@@ -15,10 +17,19 @@ def shift_by_margin(
 
     Ranking the shifted scores is ``rank_alpha`` of Eq. 15: a relevant item only counts as ranked
     above an irrelevant one when it leads by more than ``margin``. ``relevant_index`` may pass
-    ``relevant.nonzero(as_tuple=True)`` when the caller has it already.
+    ``relevant.nonzero(as_tuple=True)`` when the caller has it already; without it the dense form
+    runs where :func:`rambo.core.loss_path.use_dense` says so.
     """
     if margin == 0:
         return scores
+    # Half-precision scores shift in float32 (what they are ranked in): one rounding per step on
+    # every path, also where a compiler fuses the two additions (inductor computes bfloat16 in float32).
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
+    if relevant_index is None and use_dense(scores):
+        # The dense form (no nonzero(), no host sync): the same two roundings per entry,
+        # (s + margin/2) then - margin on the relevant ones (+ 0 elsewhere).
+        minus_margin = torch.full((), -margin, dtype=scores.dtype, device=scores.device)
+        return (scores + margin / 2) + torch.where(relevant, minus_margin, torch.zeros_like(minus_margin))
     if relevant_index is None:
         relevant_index = relevant.nonzero(as_tuple=True)
     # One dense pass (+ margin/2 everywhere), then - margin on the (usually few) relevant items.

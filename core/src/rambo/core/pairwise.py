@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .loss_path import host_checks
 from .validation import check_scores
 
 
@@ -14,9 +15,10 @@ def off_diagonal(matrix: torch.Tensor) -> torch.Tensor:
     return matrix.flatten()[1:].view(b - 1, b + 1)[:, :-1].reshape(b, b - 1)
 
 
-def check_labels(embeddings: torch.Tensor, labels: torch.Tensor) -> None:
-    """Raise ``ValueError`` unless ``labels`` is a 1-D integer tensor with one label per embedding."""
-    check_scores(embeddings, name="embeddings", min_dim=2)
+def check_labels(embeddings: torch.Tensor, labels: torch.Tensor, finite: bool = True) -> None:
+    """Raise ``ValueError`` unless ``labels`` is a 1-D integer tensor with one label per embedding
+    (and, with ``finite``, the embeddings are finite: a read on the host)."""
+    check_scores(embeddings, name="embeddings", min_dim=2, finite=finite)
     if embeddings.dim() != 2:
         raise ValueError(f"embeddings must be [batch, dim], got shape {tuple(embeddings.shape)}")
     if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.is_floating_point():
@@ -33,7 +35,7 @@ def pairwise_scores(embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[tor
     ``embeddings: [B, D]``, ``labels: [B]`` -> ``(scores: [B, B-1], relevant: [B, B-1] bool)``;
     row ``q`` lists elements ``0..B-1`` except ``q`` itself, so no query is its own positive.
     """
-    check_labels(embeddings, labels)
+    check_labels(embeddings, labels, finite=host_checks(embeddings))
     if embeddings.shape[0] < 2:
         raise ValueError("pairwise_scores needs a batch of at least 2 elements")
     unit = F.normalize(embeddings, dim=1)

@@ -1,13 +1,20 @@
-"""Base class of the losses called as ``loss(scores: [Q, N], relevant: [Q, N])``."""
+"""Base class of the losses called as ``loss(scores: [Q, N], relevant: [Q, N])``, and the two
+formulations of what the RaMBO losses read (:mod:`.loss_path`: sparse on the CPU, dense elsewhere)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from .margin import shift_by_margin
 from .item_ranking import rank_items
-from .ranking import ranks_within_relevant_items
+from .loss_path import propagate_non_finite, raises_on_bad_values, use_dense
+from .margin import shift_by_margin
+from .ranking import rank_with_integers, ranks_within_relevant_items
 from .validation import check_scores_and_relevance
+
+# term(rank_alpha(y)_i, rank(y+)_i) -> the per-item quantity a loss averages over a row's relevant items
+ItemTerm = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class RankLoss(torch.nn.Module):
@@ -24,12 +31,24 @@ class RankLoss(torch.nn.Module):
     ranked_dim: int = -1
 
     def forward(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-        check_scores_and_relevance(scores, relevant)
+        return self.mean_over_rows(scores, relevant)
+
+    def mean_over_rows(self, scores: torch.Tensor, relevant: torch.Tensor, **row_options) -> torch.Tensor:
+        """The mean of :meth:`row_losses` over the rows with a relevant item (``row_options`` are
+        passed on, e.g. ``rank_scale``). On the dense path without reading anything on the host:
+        ``where(has, rows, 0).sum() / has.sum().clamp(min=1)``, the same gradient bits as the
+        sparse ``rows[has].mean()`` and the same value up to the order of the summation."""
+        dense = use_dense(scores)
+        check_values = raises_on_bad_values(dense)
+        check_scores_and_relevance(scores, relevant, finite=check_values)
         has_relevant = relevant.any(dim=-1)
+        if dense:
+            rows = self.row_losses(scores, relevant, **row_options)
+            value = torch.where(has_relevant, rows, 0.0).sum() / has_relevant.sum().clamp(min=1)
+            return value if check_values else propagate_non_finite(value, scores)
         if not bool(has_relevant.any()):
             return scores.sum() * 0.0
-        row_losses = self.row_losses(scores, relevant)
-        return row_losses[has_relevant].mean()
+        return self.row_losses(scores, relevant, **row_options)[has_relevant].mean()
 
     def row_losses(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
         """``scores: [Q, N]``, ``relevant: [Q, N]`` bool -> ``[Q]`` losses."""
@@ -53,3 +72,34 @@ def ranks_of_relevant_items(
     rows = relevant_index[0]
     ranks_relevant = ranks_within_relevant_items(rows, integer_ranks, scores.shape[0])
     return rows, ranks, ranks_relevant.to(ranks.dtype)
+
+
+def dense_ranks_of_relevant_items(
+    scores: torch.Tensor, relevant: torch.Tensor, margin: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`ranks_of_relevant_items` for every entry, in fixed shapes and without a host sync.
+
+    Returns ``(rank_alpha(y) [Q, N] differentiable by Alg. 1, rank(y+) [Q, N])``; at an irrelevant
+    entry the second is the number of relevant items ranked above it (read only through a mask).
+    ``rank(y+)``: the relevance scattered into rank order, its cumulative sum, gathered back.
+    """
+    shifted = shift_by_margin(scores, relevant, margin)
+    ranks, integer_ranks = rank_with_integers(shifted, lam, validate=False)
+    position = integer_ranks.long() - 1
+    in_rank_order = torch.zeros_like(integer_ranks).scatter_(-1, position, relevant.to(integer_ranks.dtype))
+    ranks_relevant = in_rank_order.cumsum(-1, dtype=integer_ranks.dtype).gather(-1, position)
+    return ranks, ranks_relevant.to(ranks.dtype)
+
+
+def mean_over_relevant_items(scores: torch.Tensor, relevant: torch.Tensor, margin: float, lam: float,
+                             term: ItemTerm) -> torch.Tensor:  # fmt: skip
+    """Per row, the mean of ``term(rank_alpha(y)_i, rank(y+)_i)`` over its relevant items ``i``
+    (0 for a row without one): ``[Q]``. The one place where the sparse and the dense formulation
+    (:mod:`.loss_path`) differ; a loss defines only its ``term``."""
+    count = relevant.sum(-1) if use_dense(scores) else None
+    if count is not None:
+        ranks, ranks_relevant = dense_ranks_of_relevant_items(scores, relevant, margin, lam)
+        return torch.where(relevant, term(ranks, ranks_relevant), 0.0).sum(-1) / count.clamp(min=1)
+    rows, ranks, ranks_relevant = ranks_of_relevant_items(scores, relevant, margin, lam)
+    total = ranks.new_zeros(scores.shape[0]).index_add(0, rows, term(ranks, ranks_relevant))
+    return total / torch.bincount(rows, minlength=scores.shape[0]).clamp(min=1)  # relevant per row

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .rank_loss import RankLoss, ranks_of_relevant_items
+from .rank_loss import RankLoss, mean_over_relevant_items
 from .validation import check_lam, check_margin
 
 WEIGHTINGS = ("log", "loglog")
@@ -34,13 +34,13 @@ class RecallLoss(RankLoss):
     def row_losses(self, scores: torch.Tensor, relevant: torch.Tensor, rank_scale: float = 1.0) -> torch.Tensor:
         """Per row. ``rank_scale`` multiplies every ``r_i`` (1 here; :class:`rambo.core.RowMemory`,
         the authors' batch memory, passes the number of batches whose rows are in ``scores``)."""
-        rows, ranks, ranks_relevant = ranks_of_relevant_items(scores, relevant, self.margin, self.lam)
-        irrelevant_above = (ranks - ranks_relevant) * rank_scale  # r_i of Eq. 17
-        per_item = torch.log1p(irrelevant_above)
-        if self.weighting == "loglog":
-            per_item = torch.log1p(per_item)
-        total = ranks.new_zeros(scores.shape[0]).index_add(0, rows, per_item)
-        return total / torch.bincount(rows, minlength=scores.shape[0]).clamp(min=1)  # relevant per row
+        loglog = self.weighting == "loglog"
+
+        def weighted(ranks: torch.Tensor, ranks_relevant: torch.Tensor) -> torch.Tensor:
+            per_item = torch.log1p((ranks - ranks_relevant) * rank_scale)  # l(r_i), r_i of Eq. 17
+            return torch.log1p(per_item) if loglog else per_item
+
+        return mean_over_relevant_items(scores, relevant, self.margin, self.lam, weighted)
 
     def extra_repr(self) -> str:
         return f"margin={self.margin}, lam={self.lam}, weighting={self.weighting!r}"

@@ -26,6 +26,7 @@ from collections import deque
 import torch
 import torch.nn.functional as F
 
+from .loss_path import host_checks
 from .pairwise import check_labels, pairwise_scores
 from .validation import check_scores_and_relevance
 
@@ -74,7 +75,7 @@ class ScoreMemory(_BatchMemory):
         self.dim = getattr(loss, "ranked_dim", -1)
 
     def forward(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-        check_scores_and_relevance(scores, relevant)
+        check_scores_and_relevance(scores, relevant, finite=host_checks(scores))
         remembered = self.remembered()
         kept = 1 if self.dim in (0, -2) else 0  # the dimension that is not ranked (the queries)
         if remembered and remembered[-1][0].shape[kept] != scores.shape[kept]:
@@ -119,7 +120,7 @@ class EmbeddingMemory(_BatchMemory):
         return scores, relevant
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        check_labels(embeddings, labels)
+        check_labels(embeddings, labels, finite=host_checks(embeddings))
         value = self.loss(*self.scores_and_relevance(embeddings, labels))
         self.remember(F.normalize(embeddings.detach(), dim=1), labels)
         return value
@@ -146,7 +147,7 @@ class RowMemory(_BatchMemory):
             raise TypeError(f"RowMemory needs a loss whose row_losses takes rank_scale (RecallLoss), got {type(loss).__name__}")
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        check_labels(embeddings, labels)
+        check_labels(embeddings, labels, finite=host_checks(embeddings))
         scores, relevant = pairwise_scores(embeddings, labels)
         remembered = self.remembered()
         if remembered and remembered[-1][0].shape[1] != scores.shape[1]:
@@ -157,11 +158,6 @@ class RowMemory(_BatchMemory):
             )
         all_scores = torch.cat([scores] + [s.to(scores.device, scores.dtype) for s, _ in remembered])
         all_relevant = torch.cat([relevant] + [r.to(relevant.device) for _, r in remembered])
-        check_scores_and_relevance(all_scores, all_relevant)
-        has_relevant = all_relevant.any(dim=-1)
         self.remember(scores, relevant)
-        if not bool(has_relevant.any()):
-            return all_scores.sum() * 0.0
-        rows = self.loss.row_losses(all_scores, all_relevant, rank_scale=float(1 + len(remembered)))
-        return rows[has_relevant].mean()
+        return self.loss.mean_over_rows(all_scores, all_relevant, rank_scale=float(1 + len(remembered)))
 

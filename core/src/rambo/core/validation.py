@@ -70,9 +70,10 @@ def check_margin(margin: float) -> float:
     return margin
 
 
-def check_scores_and_relevance(scores: torch.Tensor, relevant: torch.Tensor) -> None:
-    """Both checks for the ``loss(scores: [Q, N], relevant: [Q, N])`` call signature."""
-    check_scores(scores, min_dim=2)
+def check_scores_and_relevance(scores: torch.Tensor, relevant: torch.Tensor, finite: bool = True) -> None:
+    """Both checks for the ``loss(scores: [Q, N], relevant: [Q, N])`` call signature (``finite``: as
+    in :func:`check_scores`)."""
+    check_scores(scores, min_dim=2, finite=finite)
     if scores.dim() != 2:
         raise ValueError(
             f"scores must be 2-D [queries, items] (one row per query), got shape {tuple(scores.shape)}; "

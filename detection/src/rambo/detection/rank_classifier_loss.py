@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 from rambo.core import APCLoss, MAPLoss, ScoreMemory, scale_gradient
+from rambo.core.loss_path import host_checks, use_dense
 
 
 def labels_to_relevance(labels: torch.Tensor, num_classes: int, background_label: int) -> torch.Tensor:
@@ -38,9 +39,14 @@ def labels_to_relevance(labels: torch.Tensor, num_classes: int, background_label
     if background_label not in (0, num_classes):
         raise ValueError(f"background_label must be 0 (torchvision) or num_classes={num_classes} (mmdet), got {background_label}")
     labels = labels.long()
-    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) > num_classes):
-        raise ValueError(f"labels must lie in 0..{num_classes}, got range {int(labels.min())}..{int(labels.max())}")
     columns = labels - 1 if background_label == 0 else labels
+    if not host_checks(labels):  # rambo.core.loss_path "propagate": a device-side assert, no wait for the host
+        if not torch.compiler.is_compiling():
+            torch._assert_async(((labels >= 0) & (labels <= num_classes)).all(), f"labels must lie in 0..{num_classes}")
+    elif labels.numel() and (int(labels.min()) < 0 or int(labels.max()) > num_classes):
+        raise ValueError(f"labels must lie in 0..{num_classes}, got range {int(labels.min())}..{int(labels.max())}")
+    if use_dense(labels):  # fixed shapes, no nonzero(): each label against every column (background matches none)
+        return columns.unsqueeze(1) == torch.arange(num_classes, device=labels.device)
     foreground = labels != background_label
     relevant = torch.zeros(labels.numel(), num_classes, dtype=torch.bool, device=labels.device)
     relevant[foreground.nonzero().squeeze(1), columns[foreground]] = True
