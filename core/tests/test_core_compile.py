@@ -5,7 +5,7 @@ losses agree with eager ones in value and gradient, in float32, bfloat16 (autoca
 import pytest
 import torch
 
-from rambo.core import APLoss, RecallLoss, pairwise_scores, rank
+from rambo.core import APCLoss, APLoss, EmbeddingMemory, MAPLoss, RecallLoss, pairwise_scores, rank
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -105,3 +105,58 @@ def test_the_fallback_for_torch_without_custom_op_computes_the_same():
     (fn_ranks * upstream).sum().backward()
     assert torch.equal(op_ranks, fn_ranks) and torch.equal(op_integers, fn_integers)
     assert torch.equal(leaf_op.grad, leaf_fn.grad) and leaf_op.grad.abs().sum() > 0
+
+
+def _tied_scores_with_both_zeros():
+    scores = torch.randint(-3, 4, (8, 60), device="cpu").float() / 2
+    scores[scores == 0] = -0.0
+    scores[:, ::3] = scores[:, ::3].abs()  # +0.0 beside -0.0: the two zeros must tie
+    relevant = torch.rand(8, 60, device="cpu") < 0.2
+    relevant[2] = False  # a row without a relevant item
+    return scores.to(torch.get_default_device()), relevant.to(torch.get_default_device())
+
+
+ONE_GRAPH_LOSSES = {
+    "recall": (lambda: RecallLoss(0.02, 4.0), False),
+    "ap": (lambda: APLoss(0.05, 0.5), False),
+    "map": (lambda: MAPLoss(0.15, 0.5), True),
+    "apc": (lambda: APCLoss(0.15, 0.5), True),
+}
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("name", sorted(ONE_GRAPH_LOSSES))
+def test_each_loss_is_one_graph_and_its_compiled_gradient_is_eagers_bit_for_bit(name, backend):
+    """Issue 23: fullgraph compiles of forward and backward (the dense path) give the eager (sparse)
+    path's gradient bits, ties and -0.0 included, under every backend."""
+    make, items_by_classes = ONE_GRAPH_LOSSES[name]
+    scores, relevant = _tied_scores_with_both_zeros()
+    if items_by_classes:  # [N, C]: a class without a positive, background items
+        scores, relevant = scores.T.contiguous(), relevant.T.contiguous()
+    loss = make()
+    explained = torch._dynamo.explain(loss)(scores.clone().requires_grad_(True), relevant)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    expected = value_and_grad(loss, scores, relevant)
+    got = value_and_grad(fresh_compile(loss, backend=backend, fullgraph=True), scores, relevant)
+    assert torch.equal(got[1], expected[1]) and torch.equal(got[1].signbit(), expected[1].signbit())
+    assert expected[1].abs().sum() > 0
+    torch.testing.assert_close(got[0], expected[0], rtol=1e-6, atol=1e-7)  # the order of a sum
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_the_embedding_memory_compiles_as_one_graph_per_memory_size(backend):
+    """The memory's deque is traced as a side effect; the loss on its scores is exact, the cosine
+    scores are inductor's normalise and matmul (the last bit may differ from eager's)."""
+    steps = [(torch.randn(16, 8, device="cpu"), torch.randint(0, 4, (16,), device="cpu")) for _ in range(5)]
+    explained = torch._dynamo.explain(EmbeddingMemory(RecallLoss(0.02, 4.0), 3))(steps[0][0].requires_grad_(True), steps[0][1])
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    eager, compiled = EmbeddingMemory(RecallLoss(0.02, 4.0), 3), EmbeddingMemory(RecallLoss(0.02, 4.0), 3)
+    run = fresh_compile(compiled, backend=backend, fullgraph=True)
+    for embeddings, labels in steps:
+        expected = value_and_grad(eager, embeddings, labels)[1]
+        got = value_and_grad(run, embeddings, labels)[1]
+        if backend == "aot_eager":
+            assert torch.equal(got, expected)
+        else:
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)
+    assert len(compiled.remembered()) == 3

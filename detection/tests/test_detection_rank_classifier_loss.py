@@ -178,3 +178,71 @@ def test_a_loss_weight_scales_the_gradient_but_not_lambda():
         RankClassifierLoss(5, loss_weight=0.0)
     with pytest.raises(ValueError, match="interclass_coef"):
         RankClassifierLoss(5, interclass_coef=1.5)
+
+
+def _detection_steps(steps=9, rois=96, classes=5):
+    """RoI logits with ties (the loss must break them as the sparse path does) and labels, per step."""
+    batches = []
+    for step in range(steps):
+        generator = torch.Generator().manual_seed(step)
+        logits = torch.randint(-4, 5, (rois, classes + 1), generator=generator).float() / 2
+        batches.append((logits, torch.randint(0, classes + 1, (rois,), generator=generator)))
+    return batches
+
+
+def _gradients(loss, batches, run=None):
+    run = loss if run is None else run
+    grads = []
+    for logits, labels in batches:
+        leaf = logits.clone().requires_grad_(True)
+        run(leaf, labels).backward()
+        grads.append(leaf.grad)
+    return grads
+
+
+@pytest.mark.parametrize("background_label", [0, 5])
+def test_the_dense_detection_loss_gives_the_sparse_gradients_while_its_memory_fills_and_never_waits(background_label):
+    """Issue 23: the GPU path (rambo.core.loss_path "dense") on the CPU: 9 steps, the memory of 7
+    full from the 8th; bit-identical gradients, and no host sync in a call (the sparse one has many)."""
+    from rambo.core.host_syncs import count_host_syncs
+    from rambo.core.loss_path import loss_path
+
+    batches = _detection_steps()
+    with loss_path("sparse"):
+        sparse = _gradients(RankClassifierLoss(5, background_label, tau=7, loss_weight=2.0), batches)
+    dense_loss = RankClassifierLoss(5, background_label, tau=7, loss_weight=2.0)
+    with loss_path("dense"):
+        dense = _gradients(dense_loss, batches[:-1])
+        logits, labels = batches[-1]
+        leaf = logits.clone().requires_grad_(True)
+        syncs, ops = count_host_syncs(lambda: dense_loss(leaf, labels).backward())
+        dense.append(leaf.grad)
+    assert (syncs, dict(ops)) == (0, {})
+    for step, (a, b) in enumerate(zip(dense, sparse)):
+        assert torch.equal(a, b) and torch.equal(a.signbit(), b.signbit()), f"step {step}"
+    with loss_path("sparse"):
+        assert count_host_syncs(lambda: RankClassifierLoss(5, background_label)(*batches[0]))[0] > 10
+
+
+def test_bad_labels_fail_on_the_device_on_the_dense_path():
+    from rambo.core.loss_path import loss_path
+
+    with loss_path("dense"), pytest.raises(RuntimeError, match="labels must lie in 0..5"):
+        labels_to_relevance(torch.tensor([0, 6]), 5, 0)
+    with loss_path("dense", checks="raise"), pytest.raises(ValueError, match="got range 0..6"):
+        labels_to_relevance(torch.tensor([0, 6]), 5, 0)
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_the_detection_loss_compiles_as_one_graph_with_the_eager_gradients(backend):
+    batches = _detection_steps()
+    loss = RankClassifierLoss(5, 0, tau=7)
+    explained = torch._dynamo.explain(lambda x, l: loss(x, l))(batches[0][0].clone().requires_grad_(True), batches[0][1])
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    expected = _gradients(RankClassifierLoss(5, 0, tau=7), batches)
+    torch._dynamo.reset()
+    compiled_loss = RankClassifierLoss(5, 0, tau=7)
+    got = _gradients(compiled_loss, batches, torch.compile(compiled_loss, backend=backend, fullgraph=True))
+    for step, (a, b) in enumerate(zip(got, expected)):
+        assert torch.equal(a, b), f"step {step}"

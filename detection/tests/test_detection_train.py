@@ -225,3 +225,18 @@ def test_mini_rows_start_from_the_warm_start_of_their_seed():
         assert cfg.init_checkpoint == "results/checkpoints/detection/mini_warm_start/seed2/checkpoint.pt"
         assert cfg.loss.get("loss_weight", 1.0) == 1.0  # lambda is the labelled one; no extra weight
     assert compose_config(["experiment=mini_warm_start"]).init_checkpoint is None
+
+
+def test_the_gpu_engine_sums_losses_on_the_device_and_reads_them_once(data_root, tmp_path, monkeypatch):
+    """Issue 23: with the device path forced on the CPU the epoch's losses are those of the per-step path."""
+    from rambo.detection import engine
+
+    overrides = one_iteration_overrides(data_root, tmp_path / "host") + ["init_checkpoint=null", "experiment=tiny_rambo"]
+    train(compose_config(overrides))
+    monkeypatch.setattr(engine, "reads_every_step", lambda device: False)
+    overrides = one_iteration_overrides(data_root, tmp_path / "device") + ["init_checkpoint=null", "experiment=tiny_rambo"]
+    train(compose_config(overrides))
+    host, device = (json.loads((tmp_path / run / "curve.json").read_text())[0] for run in ("host", "device"))
+    assert {k for k in host if k.startswith("loss")} == {k for k in device if k.startswith("loss")}
+    for key in (k for k in host if k.startswith("loss")):
+        assert device[key] == pytest.approx(host[key], rel=1e-9), key

@@ -277,3 +277,18 @@ def test_every_evaluation_records_the_spread_and_a_collapse_is_logged(data_dir, 
     curve = json.loads((tmp_path / "curve.json").read_text())
     assert all(-1.0 <= curve[-1][f"{split}/mean_cosine"] <= 1.0 for split in ("test", "validation"))
     assert "epoch 1: the embedding has collapsed: mean pairwise cosine" in caplog.text
+
+
+def test_the_gpu_engine_sums_losses_on_the_device_and_reads_them_once(data_dir, tmp_path, monkeypatch):
+    """Issue 23: where a host read is not free (a GPU) the epoch's loss is one read; on the CPU the
+    path is forced here, and the epoch's mean loss is the per-step path's."""
+    from rambo.retrieval import engine
+
+    extra = ("epochs=1", "scheduler.milestones=[1]")
+    per_step = train(tiny(data_dir, tmp_path / "host", *extra))
+    monkeypatch.setattr(engine, "reads_every_step", lambda device: False)
+    once = train(tiny(data_dir, tmp_path / "device", *extra))
+    host_curve = json.loads((tmp_path / "host" / "curve.json").read_text())
+    device_curve = json.loads((tmp_path / "device" / "curve.json").read_text())
+    assert device_curve[0]["loss"] == pytest.approx(host_curve[0]["loss"], rel=1e-9)
+    assert once["paper_protocol"]["R@1"] == per_step["paper_protocol"]["R@1"]

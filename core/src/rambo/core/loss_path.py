@@ -70,12 +70,33 @@ def loss_path(path: str = "auto", checks: str = "auto"):
         set_loss_path(**previous)
 
 
+def is_compiling() -> bool:
+    """True while ``torch.compile`` traces (``torch.compiler.is_compiling``; torch < 2.3: dynamo's)."""
+    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if check is None:  # the mmdetection environment's torch 2.1
+        from torch import _dynamo
+
+        check = _dynamo.is_compiling
+    return bool(check())
+
+
 def use_dense(scores: torch.Tensor) -> bool:
     """True when a loss on ``scores`` runs the dense, sync-free formulation."""
     path = _settings["path"]
     if path == "auto":
-        return scores.device.type != "cpu" or torch.compiler.is_compiling()
+        return scores.device.type != "cpu" or is_compiling()
     return path == "dense"
+
+
+def assert_on_device(condition: torch.Tensor, message: str) -> None:
+    """Fail with ``message`` where ``condition`` (a bool tensor) is False, without a host sync on a
+    GPU (a device-side assert); skipped while ``torch.compile`` traces."""
+    if is_compiling():
+        return
+    try:
+        torch._assert_async(condition, message)
+    except TypeError:  # torch without the message overload
+        torch._assert_async(condition)
 
 
 def raises_on_bad_values(dense: bool) -> bool:

@@ -182,7 +182,7 @@ if hasattr(torch.library, "custom_op"):  # torch >= 2.4
 
     @blackbox_rank_backward.register_fake
     def _(scores, ranks, grad_ranks, lam_raw):
-        return torch.empty_like(scores)
+        return scores.new_empty(scores.shape)  # contiguous, as the kernel's result (scores may be a transposed view)
 
     def _blackbox_rank_setup(ctx, inputs, output):
         scores, lam_raw, _ = inputs

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from rambo.harness.loss_sums import DeviceLossSums, reads_every_step
 from rambo.harness.run_log import progress
 
 from .augmentation import random_flips
@@ -23,10 +24,12 @@ def train_one_epoch(model, loader, optimizer, scheduler, device, flips: torch.Ge
     mmdetection's ``optimizer_config.grad_clip``).
 
     Returns ``({loss name: mean over the steps}, images seen)``; a non-finite loss is a
-    ``FloatingPointError`` naming the step and each loss term.
+    ``FloatingPointError`` naming the step and each loss term (on a GPU, where the losses are summed
+    on the device and read once, :mod:`rambo.harness.loss_sums`: the epoch and the means).
     """
     model.train()
     sums, count, images_seen = {}, 0, 0
+    on_device = None if reads_every_step(device) else DeviceLossSums()  # a GPU: no host read per step
     for step, (images, targets) in enumerate(progress(loader, show_progress, total=iterations, desc=description)):
         if step >= iterations:
             break
@@ -35,7 +38,7 @@ def train_one_epoch(model, loader, optimizer, scheduler, device, flips: torch.Ge
         targets = [{"boxes": t["boxes"].to(device), "labels": t["labels"].to(device)} for t in targets]
         losses = model(images, targets)
         loss = sum(losses.values())
-        if not torch.isfinite(loss):
+        if on_device is None and not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss at {description}, step {step}: { {k: float(v) for k, v in losses.items()} }")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -45,8 +48,13 @@ def train_one_epoch(model, loader, optimizer, scheduler, device, flips: torch.Ge
         scheduler.step()
         images_seen += len(images)
         count += 1
+        if on_device is not None:
+            on_device.add(losses)
+            continue
         for key, value in losses.items():
             sums[key] = sums.get(key, 0.0) + value.item()
+    if on_device is not None:
+        return on_device.means(description), images_seen
     return {k: v / max(count, 1) for k, v in sums.items()}, images_seen
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 from rambo.core import APCLoss, MAPLoss, ScoreMemory, scale_gradient
-from rambo.core.loss_path import host_checks, use_dense
+from rambo.core.loss_path import assert_on_device, host_checks, use_dense
 
 
 def labels_to_relevance(labels: torch.Tensor, num_classes: int, background_label: int) -> torch.Tensor:
@@ -41,8 +41,7 @@ def labels_to_relevance(labels: torch.Tensor, num_classes: int, background_label
     labels = labels.long()
     columns = labels - 1 if background_label == 0 else labels
     if not host_checks(labels):  # rambo.core.loss_path "propagate": a device-side assert, no wait for the host
-        if not torch.compiler.is_compiling():
-            torch._assert_async(((labels >= 0) & (labels <= num_classes)).all(), f"labels must lie in 0..{num_classes}")
+        assert_on_device(((labels >= 0) & (labels <= num_classes)).all(), f"labels must lie in 0..{num_classes}")
     elif labels.numel() and (int(labels.min()) < 0 or int(labels.max()) > num_classes):
         raise ValueError(f"labels must lie in 0..{num_classes}, got range {int(labels.min())}..{int(labels.max())}")
     if use_dense(labels):  # fixed shapes, no nonzero(): each label against every column (background matches none)

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import torch
 
+from rambo.harness.loss_sums import DeviceLossSums, reads_every_step
 from rambo.harness.run_log import progress
 
 from .distributed import global_batch_loss
@@ -30,13 +31,15 @@ COLLAPSE_COSINE = 0.99
 def train_one_epoch(model, loader, loss_fn, optimizer, device, two_pass_chunk_size: int | None = None,
                     show_progress: bool = False, description: str = "") -> float:  # fmt: skip
     """One pass over ``loader`` (``(images, labels, index)`` batches); returns the mean loss.
+    A non-finite loss is a ``FloatingPointError``: before its step on the CPU, at the end of the
+    epoch on a GPU (losses summed on the device, :mod:`rambo.harness.loss_sums`).
 
     The loss is over the global batch (embeddings gathered across processes, see
     :mod:`.distributed`); ``two_pass_chunk_size`` switches to the two-pass chunked backward.
     """
     model.train()
     loss_fn.train()
-    losses = []
+    losses, on_device = [], None if reads_every_step(device) else DeviceLossSums()
     for images, labels, _ in progress(loader, show_progress, desc=description):
         images, labels = images.to(device), labels.to(device)
         optimizer.zero_grad(set_to_none=True)
@@ -45,11 +48,14 @@ def train_one_epoch(model, loader, loss_fn, optimizer, device, two_pass_chunk_si
         else:
             value = global_batch_loss(loss_fn, model(images), labels)
             value.backward()
-        losses.append(float(value.detach()))
-        if not math.isfinite(losses[-1]):
-            raise FloatingPointError(f"non-finite loss at {description}, step {len(losses)}: {losses[-1]}")
+        if on_device is not None:  # a GPU: no host read per step (rambo.harness.loss_sums)
+            on_device.add({"loss": value})
+        else:
+            losses.append(float(value.detach()))
+            if not math.isfinite(losses[-1]):
+                raise FloatingPointError(f"non-finite loss at {description}, step {len(losses)}: {losses[-1]}")
         optimizer.step()
-    return float(np.mean(losses))
+    return on_device.means(description)["loss"] if on_device is not None else float(np.mean(losses))
 
 
 def evaluate(model, splits: dict, ks, batch_size: int, num_workers: int, device) -> dict:
