@@ -33,6 +33,9 @@ def test_every_section_runs_at_toy_sizes_on_the_cpu(tmp_path):
     assert [row["n"] for row in sections["rank_losses"]["rows"]] == [1000, 10000, 3200]
     assert all(row["ap_ms"] > 0 and row["recall_ms"] > 0 for row in sections["rank_losses"]["rows"])
     assert all(case["ranks_equal"] and case["ap_gradient_equal"] for case in sections["ranks_identical"]["cases"])
+    free = sections["sync_free"]["rows"]
+    assert len(free) == 5 and all(row["compiled_gradient_equal"] for row in free)
+    assert all(row["dispatched"] > 0 for row in free)  # the CPU eager path reads on the host; the device path: 0
     assert sections["recall_k_step"]["two_pass_chunk_size"] == 4 and sections["recall_k_step"]["images_per_second"] > 0
     assert sections["recall_at_k_eval"]["agree"]
     assert [run["experiment"] for run in sections["detection_step"]["runs"]] == ["table5_r50_voc07_rambo", "table5_r50_voc07_ce"]
