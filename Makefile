@@ -19,7 +19,7 @@ PROFILE ?= mini
 BENCH_ARGS ?=
 FORCE_PROFILE ?=
 
-.PHONY: help install test test-slow test-kernels test-mmdet docs bench gpu-check gpu-budget reproduce paper-smoke figures tables
+.PHONY: help install test test-slow test-kernels test-mmdet docs bench gpu-check gpu-budget wandb-report reproduce paper-smoke figures tables
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -65,6 +65,9 @@ bench: install ## AP-loss speed benchmark vs the reference algorithm and one flo
 
 gpu-check: install ## the project on one GPU in minutes (core tests on CUDA, rank losses 1e5-1e8 beside the paper's V100, CPU/GPU identical ranks, paper-profile training steps, Recall@K at SOP scale): benchmarks/gpu_check.md; toy sizes on the CPU when there is no GPU
 	$(PY) benchmarks/gpu_check.py
+
+wandb-report: install ## a W&B Report of the profile's runs (tables as bars over seeds, learning curves, claims; needs WANDB_API_KEY and the network): ablations/wandb_report.py
+	$(PY) ablations/wandb_report.py --params params.yaml
 
 gpu-budget: install ## hours per paper experiment on one GPU, from the step times of benchmarks/gpu_check.json (a real GPU run of make gpu-check)
 	$(PY) benchmarks/gpu_budget.py

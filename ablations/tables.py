@@ -7,7 +7,8 @@ profile's ``tables.runs`` in params.yaml says which experiment fills which paper
 writes ``<out>/<table>.md`` and ``<out>/<table>.json`` for every table of ``paper_numbers.TABLES``,
 ``<out>/tables.md`` with all of them, ``<out>/claims.{md,json}`` (the paper's qualitative claims,
 paired by seed with 95% intervals: :mod:`claims`; ``--figure2`` adds Fig. 2's bias claims) and
-``<out>/summary.json``. The tables and the claims name the machines their runs came from (each
+``<out>/summary.json``; ``--plots DIR`` the plot data of ``dvc plots show`` (:mod:`plots`). The
+tables and the claims name the machines their runs came from (each
 run's ``provenance``: :mod:`rambo.harness.provenance`). A profile's ``tables.second_draw`` (the
 same runs made again on other CPU kernels or thread counts, committed under ``results/draws/``)
 adds a column to the claims: the verdict on that draw, and whether it is the same. With
@@ -33,6 +34,7 @@ from rambo.harness.wandb_run import start_run
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from claims import claims_markdown, evaluate_claims, minibatch_bias_claims  # noqa: E402
 from paper_numbers import TABLES, Cell, Table  # noqa: E402
+from plots import write_plot_data  # noqa: E402
 
 
 def read_metric(task: str, metrics: dict, metric: str) -> float:
@@ -155,19 +157,35 @@ def compare_second_draw(claims: list[dict], second: dict, run_map: dict, seeds: 
     return machines_text(run_machines(runs, run_map, seeds))
 
 
-def log_to_wandb(built_tables: list[dict], mode: str, project: str, config: dict, directory: Path) -> None:
-    """An aggregate W&B run with one W&B table per paper table; the mode is decided before init
-    (:func:`rambo.harness.wandb_run.decide_mode`: ``WANDB_MODE``, an API key or ``~/.netrc``)."""
-    run = start_run(mode, project, group="tables", name="tables", config=config, directory=directory, job_type="tables")
+def log_to_wandb(built_tables: list[dict], mode: str, project: str, config: dict, directory: Path,
+                 claims: list[dict] | None = None) -> None:  # fmt: skip
+    """An aggregate W&B run (group ``<profile>/tables``) with one W&B Table per paper table as the
+    markdown shows it, the same numbers as a table of means with its bar chart, and the claims; the
+    mode is decided before init (:func:`rambo.harness.wandb_run.decide_mode`: ``WANDB_MODE``, an API
+    key or ``~/.netrc``). ``make wandb-report`` puts these tables into the profile's report."""
+    profile = config.get("profile")
+    run = start_run(mode, project, group=f"{profile}/tables" if profile else "tables", name=f"{profile}-tables" if profile else "tables",
+                    config=config, directory=directory, job_type="tables")  # fmt: skip
     if run is None:
         return
     import wandb
 
     for built in built_tables:
         table = wandb.Table(columns=["row", *built["columns"]])
+        numbers = wandb.Table(columns=["row", "column", "mean", "std", "paper", "seeds"])
         for row in built["rows"]:
             table.add_data(row["label"], *(format_cell(c) for c in row["cells"]))
-        run.log({built["key"]: table})
+            for column, cell in zip(built["columns"], row["cells"]):
+                if cell["status"] == "ok":
+                    numbers.add_data(row["label"], column, cell["mean"], cell["std"], cell["paper"], len(cell["values"]))
+        run.log({built["key"]: table, f"{built['key']}_numbers": numbers,
+                 f"{built['key']}_chart": wandb.plot.bar(numbers, "row", "mean", title=built["title"])})  # fmt: skip
+    if claims:
+        claim_table = wandb.Table(columns=["claim", "paper", "this profile", "interval", "verdict"])
+        for claim in claims:
+            claim_table.add_data(claim["claim"], str(claim.get("paper_difference")), str(claim.get("difference")),
+                                 str(claim.get("interval")), str(claim.get("verdict")))  # fmt: skip
+        run.log({"claims": claim_table})
     run.finish()
 
 
@@ -177,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--params", type=Path, required=True, help="params.yaml (profile, seeds, tables.runs)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--figure2", type=Path, help="fig2_minibatch_map.json, for the mini-batch bias claims")
+    parser.add_argument("--plots", type=Path, help="folder for the plot data of `dvc plots show` (ablations/plots.py)")
     parser.add_argument("--wandb-mode", default="disabled", choices=["auto", "online", "offline", "disabled"])
     parser.add_argument("--wandb-project", default="rambo-tables")
     args = parser.parse_args(argv)
@@ -213,8 +232,10 @@ def main(argv: list[str] | None = None) -> None:
     sections.append(claims_text)
     write_text(args.out / "tables.md", f"## Reproduced tables (profile `{profile}`)\n\n{machines}\n\n" + "\n".join(sections))
     write_text(args.out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    if args.plots:
+        write_plot_data(args.runs, seeds, built_tables, args.plots)
     log_to_wandb(built_tables, args.wandb_mode, args.wandb_project, {"profile": profile, "seeds": seeds, "machines": machines},
-                 Path.cwd())
+                 Path.cwd(), claims)
     print(f"tables written to {args.out}/tables.md")
 
 

@@ -77,3 +77,24 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
     plots = json.loads(shown.stdout)
     assert {c.split("/")[2] for c in curves} == {"retrieval", "detection"}
     assert not plots.get("errors") and all(plots["data"][c] for c in curves), plots.get("errors")
+
+    # `dvc plots show` with no arguments renders the pipeline's plots (issue 24): a line per run and
+    # seed of each task's loss and evaluations, the tables' rows per seed, Table 8's lambda curve
+    shown = subprocess.run([str(BIN / "dvc"), "plots", "show", "--json"], cwd=tiny_repo, env=env,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    rendered = json.loads(shown.stdout)
+    assert not rendered.get("errors"), rendered.get("errors")
+
+    def values(plot):
+        (only,) = rendered["data"][plot]
+        return only["content"]["data"]["values"]
+
+    experiments = {p.name for p in (tiny_repo / "results" / "runs" / "retrieval").iterdir()}
+    assert {v["run"] for v in values("retrieval_loss")} == {f"{e} seed0" for e in experiments}
+    assert {v["run"] for v in values("retrieval_recall")} == {f"{e} seed0" for e in experiments}
+    assert all(0 <= v["R@1"] <= 100 for v in values("retrieval_recall"))
+    assert {"mini_ce seed0", "mini_rambo seed0"} <= {v["run"] for v in values("detection_ap50")}
+    assert {v["row"] for v in values("table8")} >= {"CE", "RaMBO, lambda 0.5, margin"}
+    assert {(v["lambda"], v["margin"]) for v in values("table8_lambda")} == {(0.1, "margin"), (0.5, "margin"), (2.5, "margin"),
+                                                                          (0.5, "no margin")}  # fmt: skip
+    assert {v["row"] for v in values("table7")} >= {"Full RaMBO (log) | Online Products", "No margin | Online Products"}

@@ -85,3 +85,36 @@ def test_a_non_finite_epoch_loss_saves_nothing_and_says_what_is_kept(tmp_path):
     with pytest.raises(FloatingPointError, match=r"epoch 2: mean loss inf.*diverged in epoch 2.*\(epoch 1, the last with a finite loss\)"):
         run.end_epoch({"epoch": 2, "loss": float("inf")}, 2)
     assert (tmp_path / "checkpoint.pt").read_bytes() == kept and run.epoch == 1
+
+
+def test_wandb_runs_carry_flat_keys_a_profile_group_and_the_headline_summary(tmp_path, monkeypatch):
+    """Issue 24: a dashboard filters by flat keys; mini and paper runs of one experiment never share a group."""
+    from rambo.harness import run as run_module
+
+    started = []
+
+    class FakeRun:
+        id, summary = "abc", {}
+
+        def log(self, row, step):
+            pass
+
+        def finish(self):
+            pass
+
+    def fake_start_run(mode, project, group, name, config, directory, job_type="train", run_id=None):
+        started.append({"group": group, "name": name, "config": config})
+        return FakeRun()
+
+    monkeypatch.setattr(run_module, "start_run", fake_start_run)
+    cfg = config(tmp_path, profile_name="mini")
+    model = torch.nn.Linear(3, 1)
+    keys = {"task": "retrieval", "dataset": "sop", "loss_name": "rambo_log", "lambda": 4.0, "margin": 0.02, "tau": 3, "seed": 0}
+    run = TrainingRun(cfg, {"model": model}, wandb_keys=keys)
+    run.end_epoch({"epoch": 1, "loss": 0.5}, 1)
+    run.finish({"epochs": 1}, headline={"R@1": 0.7})
+    (only,) = started
+    assert only["group"] == "mini/toy" and only["name"] == "toy-seed0"
+    assert {k: only["config"][k] for k in keys} == keys and only["config"]["profile"] == "mini"
+    assert FakeRun.summary["R@1"] == 0.7 and FakeRun.summary["epochs"] == 1
+    assert run_module.wandb_group(None, "toy") == "toy" and run_module.wandb_group("paper", "sop_log") == "paper/sop_log"

@@ -102,7 +102,10 @@ def train(cfg: DictConfig) -> dict:
     trained = wrap_model(model, device, broadcast_buffers=False)
     run = TrainingRun(cfg, {"model": model, "optimizer": optimizer, "scheduler": scheduler},
                       extra={"train_seconds": 0.0, "train_images": 0}, is_main=setup.is_main,
-                      identity_extra=started_from, device=device)  # fmt: skip
+                      identity_extra=started_from, device=device,
+                      wandb_keys={"task": "detection", "dataset": cfg.data.name, "loss_name": cfg.loss.name,
+                                  "lambda": cfg.loss.get("lam"), "margin": cfg.loss.get("margin"), "tau": cfg.loss.get("tau"),
+                                  "seed": cfg.seed})  # fmt: skip
     for epoch in run.epochs(schedule.epochs):
         flips = torch.Generator().manual_seed(cfg.seed * 1000 + epoch - 1 + 500 + 7919 * setup.rank)
         started = time.perf_counter()

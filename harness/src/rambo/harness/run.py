@@ -13,6 +13,9 @@ An app builds its objects (model, optimizer, scheduler, loss, ...), hands the on
 The config keys it reads: ``seed``, ``experiment_name``, ``output_dir``, ``metrics_path``,
 ``headline_path`` (optional), ``curve_path``, ``checkpoint_path``, ``resume``, ``resume_may_change``, ``max_epochs_this_run``,
 ``profile_name`` (optional) and ``wandb.{mode, project, job_type}``. Only the main process writes files and talks to W&B.
+W&B: one run per seed in the group ``<profile>/<experiment>`` (:func:`wandb_group`), its config the
+run's flat ``wandb_keys`` (task, dataset, loss_name, lambda, margin, tau, seed: what a dashboard
+filters on) beside ``profile`` and the whole config, its summary the headline numbers and metrics.
 The metrics and the W&B config carry the run's provenance (:mod:`.provenance`: code, libraries,
 machine, threads, profile).
 """
@@ -42,6 +45,12 @@ def homogeneous(records: list[dict]) -> list[dict]:
     return [{key: record.get(key) for key in keys} for record in records]
 
 
+def wandb_group(profile: str | None, experiment: str) -> str:
+    """The W&B group of a run: ``<profile>/<experiment>``, so mini and paper runs of one experiment
+    never share a group (one group per table row and profile)."""
+    return f"{profile}/{experiment}" if profile else experiment
+
+
 class TrainingRun:
     """Resume, per-epoch checkpoint + curve + W&B, final metrics (see the module docstring).
 
@@ -58,7 +67,7 @@ class TrainingRun:
 
     def __init__(self, cfg: DictConfig, stateful: Mapping, extra: dict | None = None, is_main: bool = True,
                  summary_keys: tuple[str, ...] | None = None, untracked_keys: tuple[str, ...] = (),
-                 identity_extra: Mapping | None = None, device=None):  # fmt: skip
+                 identity_extra: Mapping | None = None, device=None, wandb_keys: Mapping | None = None):  # fmt: skip
         check_policy(cfg.resume)
         self.summary_keys, self.untracked_keys = summary_keys, frozenset(untracked_keys)
         self.cfg, self.stateful, self.is_main = cfg, dict(stateful), is_main
@@ -77,9 +86,12 @@ class TrainingRun:
             self.extra.update(state["extra"])
         self.wandb = None
         if is_main:
+            profile = cfg.get("profile_name")
             self.wandb = start_run(
-                cfg.wandb.mode, cfg.wandb.project, group=cfg.experiment_name, name=f"{cfg.experiment_name}-seed{cfg.seed}",
-                config={**self.config, "provenance": self.provenance}, directory=cfg.output_dir,
+                cfg.wandb.mode, cfg.wandb.project, group=wandb_group(profile, cfg.experiment_name),
+                name=f"{cfg.experiment_name}-seed{cfg.seed}",
+                config={**dict(wandb_keys or {}), "profile": profile, **self.config, "provenance": self.provenance},
+                directory=cfg.output_dir,
                 job_type=cfg.wandb.get("job_type", "train"), run_id=wandb_id,
             )  # fmt: skip
 
@@ -138,6 +150,7 @@ class TrainingRun:
             if headline is not None and self.cfg.get("headline_path"):
                 write_json(self.cfg.headline_path, dict(headline))
             if self.wandb is not None:
+                self.wandb.summary.update(dict(headline or {}))  # the run's headline numbers, as dvc metrics lists them
                 for key, value in metrics.items():
                     if isinstance(value, dict):
                         self.wandb.summary.update({f"{key}/{k}": v for k, v in value.items() if not isinstance(v, (dict, list))})

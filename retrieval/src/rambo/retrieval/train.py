@@ -104,6 +104,13 @@ def build_optimizer(cfg: DictConfig, model) -> torch.optim.Optimizer:
     return torch.optim.Adam(groups, weight_decay=cfg.optimizer.weight_decay)
 
 
+def wandb_keys(cfg: DictConfig) -> dict:
+    """The flat keys a W&B dashboard filters runs by (:class:`rambo.harness.run.TrainingRun`)."""
+    inner = cfg.loss.module.get("loss", cfg.loss.module)  # a memory wraps the rank loss
+    return {"task": "retrieval", "dataset": cfg.data.name, "loss_name": cfg.loss.name, "lambda": inner.get("lam"),
+            "margin": inner.get("margin"), "tau": cfg.loss.get("tau"), "seed": cfg.seed}  # fmt: skip
+
+
 def train(cfg: DictConfig) -> dict:
     """Run (or resume) one training run; returns the metrics written to ``cfg.metrics_path``."""
     setup = detect_setup()
@@ -126,7 +133,7 @@ def train(cfg: DictConfig) -> dict:
     stateful = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "loss": loss_fn}
     run = TrainingRun(cfg, stateful, extra={"history": []}, is_main=setup.is_main,
                       summary_keys=("loss", "lr", "test/R@1", "validation/R@1", "seconds"), untracked_keys=("seconds",),
-                      device=device)
+                      device=device, wandb_keys=wandb_keys(cfg))
     history = run.extra["history"]
     for epoch in run.epochs(cfg.epochs):
         started = time.perf_counter()
