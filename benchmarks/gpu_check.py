@@ -349,7 +349,7 @@ def _torch_recall_at_k(embeddings: torch.Tensor, labels: torch.Tensor, ks: list[
 
 def recall_at_k_eval(device: torch.device, sizes: Sizes) -> dict:
     """The project's Recall@K (faiss) at SOP scale, beside an exact top-k in torch on the device."""
-    from rambo.retrieval.evaluate import import_faiss, recall_at_k
+    from rambo.retrieval.evaluate import import_faiss, recall_at_k, retrieval_metrics, search_backend
 
     faiss = import_faiss()
     n, dim, ks = sizes.eval["n"], sizes.eval["dim"], [1, 10, 100, 1000]
@@ -366,10 +366,16 @@ def recall_at_k_eval(device: torch.device, sizes: Sizes) -> dict:
     torch_recall = _torch_recall_at_k(*on_device, ks)
     synchronize(device)
     torch_seconds = time.perf_counter() - started
-    agree = all(abs(ours[k] - torch_recall[k]) <= 1.0 / n + 1e-9 for k in ks)
+    # the project's own torch search (what evaluation picks on a GPU that faiss does not see)
+    started = time.perf_counter()
+    project_torch = retrieval_metrics(embeddings, labels, ks, device=device, backend="torch")
+    project_torch_seconds = time.perf_counter() - started
+    agree = all(abs(ours[k] - torch_recall[k]) <= 1.0 / n + 1e-9 and abs(ours[k] - project_torch[f"R@{k}"]) <= 1.0 / n + 1e-9
+                for k in ks)  # fmt: skip
     return {"n": n, "dim": dim, "ks": ks, "faiss_gpus": int(faiss.get_num_gpus()), "faiss_threads": int(faiss.omp_get_max_threads()),
             "faiss_seconds": faiss_seconds, "torch_device_seconds": torch_seconds, "recall": {str(k): ours[k] for k in ks},
-            "torch_recall": {str(k): torch_recall[k] for k in ks}, "agree": agree, "ok": agree}  # fmt: skip
+            "torch_recall": {str(k): torch_recall[k] for k in ks}, "project_torch_seconds": project_torch_seconds,
+            "search_chosen_on_this_device": search_backend(device), "agree": agree, "ok": agree}  # fmt: skip
 
 
 def _detection_batches(batch: int, height: int, width: int, seed: int = 0) -> list:
@@ -512,6 +518,9 @@ def markdown(report: dict) -> str:
                   f"- the project's evaluation (faiss, {evaluation['faiss_gpus']} GPU(s) seen by faiss, "
                   f"{evaluation['faiss_threads']} threads): {evaluation['faiss_seconds']:.2f} s",
                   f"- exact top-k in torch on `{meta['device']}`: {evaluation['torch_device_seconds']:.2f} s",
+                  f"- the project's torch search (`rambo.retrieval.evaluate`, backend torch, with the copies to the device): "
+                  f"{evaluation.get('project_torch_seconds', float('nan')):.2f} s; evaluation on this device picks "
+                  f"{evaluation.get('search_chosen_on_this_device', '-')}",
                   f"- Recall@K {evaluation['recall']}; both agree: {evaluation['agree']}", ""]  # fmt: skip
     detection = status.get("detection_step", {})
     if detection.get("runs"):

@@ -129,3 +129,24 @@ def test_mean_pairwise_cosine_against_every_pair():
     assert mean_pairwise_cosine(np.array([[1.0, 0.0], [-1.0, 0.0]])) == pytest.approx(-1.0)
     with pytest.raises(ValueError, match="at least 2 embeddings"):
         mean_pairwise_cosine(np.ones((1, 3)))
+
+
+def test_the_torch_search_finds_faiss_neighbours_and_metrics():
+    """Issue 23: the exact top-k in torch (chosen for a GPU that faiss does not see) against faiss."""
+    from rambo.retrieval.evaluate import neighbour_relevance, search_backend
+
+    rng = np.random.default_rng(5)
+    embeddings = rng.normal(size=(600, 16)).astype(np.float32)
+    labels = rng.integers(0, 40, size=600)
+    queries, query_labels = rng.normal(size=(90, 16)).astype(np.float32), rng.integers(0, 40, size=90)
+    for extra in ({}, {"query_embeddings": queries, "query_labels": query_labels}):
+        faiss_hits = neighbour_relevance(embeddings, labels, 25, backend="faiss", **extra)
+        torch_hits = neighbour_relevance(embeddings, labels, 25, backend="torch", device="cpu", **extra)
+        np.testing.assert_array_equal(torch_hits[0], faiss_hits[0])
+        np.testing.assert_array_equal(torch_hits[1], faiss_hits[1])
+        assert retrieval_metrics(embeddings, labels, (1, 4), backend="torch", **extra) == retrieval_metrics(
+            embeddings, labels, (1, 4), backend="faiss", **extra)
+    assert search_backend() == search_backend("cpu") == "faiss"  # the CPU: faiss's index
+    assert search_backend("cuda", "torch") == "torch"
+    with pytest.raises(ValueError, match="search backend must be one of"):
+        search_backend("cpu", "annoy")

