@@ -2,12 +2,20 @@
 its Alg. 1 backward registered with it), so a compiled graph has no break around it, and compiled
 losses agree with eager ones in value and gradient, in float32, bfloat16 (autocast) and float16."""
 
+import os
+
 import pytest
 import torch
 
 from rambo.core import APCLoss, APLoss, EmbeddingMemory, MAPLoss, RecallLoss, pairwise_scores, rank
 
 pytestmark = pytest.mark.filterwarnings("ignore")
+# inductor's CPU code generation does not build under torch's portable kernels (torch 2.14 with
+# ATEN_CPU_CAPABILITY=default: "at::vec has not been declared" in the generated C++); eager and
+# aot_eager run there.
+needs_inductor = pytest.mark.skipif(os.environ.get("ATEN_CPU_CAPABILITY") == "default",
+                                    reason="inductor's C++ does not build with ATEN_CPU_CAPABILITY=default")
+INDUCTOR = pytest.param("inductor", marks=needs_inductor)
 
 
 def fresh_compile(fn, **kwargs):
@@ -22,6 +30,7 @@ def value_and_grad(fn, *inputs):
     return value.detach(), leaves[0].grad
 
 
+@needs_inductor
 def test_rank_compiles_into_one_graph_with_its_backward():
     scores = torch.randn(4, 50, device="cpu").to(torch.get_default_device())
     weights = torch.randn(4, 50, device="cpu").to(scores.device)
@@ -46,6 +55,7 @@ def test_a_bad_score_is_refused_inside_the_compiled_graph():
         compiled(scores)
 
 
+@needs_inductor
 @pytest.mark.parametrize("make", [lambda: RecallLoss(0.05, 0.5), lambda: APLoss(0.05, 0.5)])
 def test_compiled_and_eager_losses_agree(make):
     loss = make()
@@ -61,6 +71,7 @@ def test_compiled_and_eager_losses_agree(make):
     assert torch.allclose(got[1], expected[1], atol=1e-6) and expected[1].abs().sum() > 0
 
 
+@needs_inductor
 def test_autocast_bfloat16_scores_compiled_and_eager_agree():
     """Under autocast the scores come out of a matmul in bfloat16; the ranks of those scores are
     exact, the gradient returns in bfloat16, and compiling changes neither."""
@@ -124,7 +135,7 @@ ONE_GRAPH_LOSSES = {
 }
 
 
-@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", INDUCTOR])
 @pytest.mark.parametrize("name", sorted(ONE_GRAPH_LOSSES))
 def test_each_loss_is_one_graph_and_its_compiled_gradient_is_eagers_bit_for_bit(name, backend):
     """Issue 23: fullgraph compiles of forward and backward (the dense path) give the eager (sparse)
@@ -143,7 +154,7 @@ def test_each_loss_is_one_graph_and_its_compiled_gradient_is_eagers_bit_for_bit(
     torch.testing.assert_close(got[0], expected[0], rtol=1e-6, atol=1e-7)  # the order of a sum
 
 
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("backend", ["aot_eager", INDUCTOR])
 def test_the_embedding_memory_compiles_as_one_graph_per_memory_size(backend):
     """The memory's deque is traced as a side effect; the loss on its scores is exact, the cosine
     scores are inductor's normalise and matmul (the last bit may differ from eager's)."""

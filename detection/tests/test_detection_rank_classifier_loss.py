@@ -234,7 +234,9 @@ def test_bad_labels_fail_on_the_device_on_the_dense_path():
 
 
 @pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.skipif(
+    __import__("os").environ.get("ATEN_CPU_CAPABILITY") == "default",
+    reason="inductor's C++ does not build with ATEN_CPU_CAPABILITY=default (torch 2.14)"))])
 def test_the_detection_loss_compiles_as_one_graph_with_the_eager_gradients(backend):
     batches = _detection_steps()
     loss = RankClassifierLoss(5, 0, tau=7)
