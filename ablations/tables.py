@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 from rambo.harness.atomic import write_text
 from rambo.harness.provenance import machine_label
+from rambo.harness.run import wandb_group
 from rambo.harness.wandb_run import start_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -164,7 +165,7 @@ def log_to_wandb(built_tables: list[dict], mode: str, project: str, config: dict
     mode is decided before init (:func:`rambo.harness.wandb_run.decide_mode`: ``WANDB_MODE``, an API
     key or ``~/.netrc``). ``make wandb-report`` puts these tables into the profile's report."""
     profile = config.get("profile")
-    run = start_run(mode, project, group=f"{profile}/tables" if profile else "tables", name=f"{profile}-tables" if profile else "tables",
+    run = start_run(mode, project, group=wandb_group(profile, "tables"), name=f"{profile}-tables" if profile else "tables",
                     config=config, directory=directory, job_type="tables")  # fmt: skip
     if run is None:
         return

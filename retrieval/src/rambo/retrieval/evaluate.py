@@ -96,16 +96,11 @@ def search_backend(device=None, backend: str = "auto") -> str:
     return "faiss" if import_faiss().get_num_gpus() > 0 else "torch"
 
 
-def _torch_neighbours(gallery: np.ndarray, queries: np.ndarray, k: int, device) -> np.ndarray:
-    """``[Q, k]`` indices of each query's ``k`` highest inner products, best first: an exact search
-    by matrix products and ``torch.topk`` on ``device``, ``_QUERY_CHUNK`` queries at a time."""
-    device = torch.device(device if device is not None else "cpu")
-    on_device = torch.from_numpy(gallery).to(device)
-    found = []
-    for start in range(0, queries.shape[0], _QUERY_CHUNK):
-        chunk = torch.from_numpy(queries[start : start + _QUERY_CHUNK]).to(device)
-        found.append(torch.topk(chunk @ on_device.T, k, dim=1, sorted=True).indices.cpu())
-    return torch.cat(found).numpy()
+def _torch_neighbours(gallery: torch.Tensor, queries: np.ndarray, k: int) -> np.ndarray:
+    """``[Q, k]`` indices of each query's ``k`` highest inner products with ``gallery`` (a tensor on
+    the search's device), best first: an exact search by a matrix product and ``torch.topk``."""
+    chunk = torch.from_numpy(queries).to(gallery.device)
+    return torch.topk(chunk @ gallery.T, k, dim=1, sorted=True).indices.cpu().numpy()
 
 
 def neighbour_relevance(embeddings, labels, k: int, query_embeddings=None, query_labels=None, device=None,
@@ -134,8 +129,10 @@ def neighbour_relevance(embeddings, labels, k: int, query_embeddings=None, query
         raise ValueError(f"need k >= 1 and a non-empty gallery, got k={k}, gallery size {available}")
     k = min(int(k), available)
 
-    use_torch = search_backend(device, backend) == "torch"
-    if not use_torch:
+    on_device = None
+    if search_backend(device, backend) == "torch":  # the gallery copied to the device once
+        on_device = torch.from_numpy(gallery).to(torch.device(device if device is not None else "cpu"))
+    else:
         index = _flat_inner_product_index(gallery.shape[1])
         index.add(gallery)
     # One extra neighbour when the query is in the gallery, so that masking it leaves k.
@@ -143,8 +140,8 @@ def neighbour_relevance(embeddings, labels, k: int, query_embeddings=None, query
     hits = np.zeros((queries.shape[0], k), dtype=bool)
     for start in range(0, queries.shape[0], _QUERY_CHUNK):
         stop = min(start + _QUERY_CHUNK, queries.shape[0])
-        if use_torch:
-            neighbours = _torch_neighbours(gallery, queries[start:stop], search_k, device)
+        if on_device is not None:
+            neighbours = _torch_neighbours(on_device, queries[start:stop], search_k)
         else:
             _, neighbours = index.search(queries[start:stop], search_k)
         if same_set:
