@@ -53,12 +53,12 @@ def test_memory_keeps_only_tau_batches_and_only_in_training_mode():
     memory = ScoreMemory(APLoss(0.0, 0.5), tau=3)
     for _ in range(5):
         memory(torch.randn(2, 4), torch.rand(2, 4) < 0.5)
-    assert len(memory._batches) == 3
+    assert len(memory) == 3
     memory.eval()
     memory(torch.randn(2, 4), torch.rand(2, 4) < 0.5)
-    assert len(memory._batches) == 3
+    assert len(memory) == 3
     memory.reset()
-    assert len(memory._batches) == 0
+    assert len(memory) == 0
 
 
 def test_tau_zero_is_no_memory():
@@ -156,3 +156,78 @@ def test_row_memory_without_memory_is_the_recall_loss_and_refuses_other_losses()
     with pytest.raises(TypeError, match="rank_scale"):
         RowMemory(APLoss(), tau=1)
 
+
+
+def _reference_inputs(kind, window, scores, relevant):
+    """What the wrapped loss receives, built from a list of the last batches (the deque the memory
+    replaced): the current batch first, then the remembered ones, oldest first."""
+    if kind in ("items", "rows"):
+        dim = 0 if kind == "items" else -1
+        return torch.cat([scores] + [s for s, _ in window], dim), torch.cat([relevant] + [r for _, r in window], dim)
+    embeddings, labels = scores, relevant
+    batch_scores, batch_relevant = pairwise_scores(embeddings, labels)
+    if not window:
+        return batch_scores, batch_relevant
+    memory = torch.cat([torch.nn.functional.normalize(e, dim=1) for e, _ in window])
+    memory_labels = torch.cat([l for _, l in window])
+    unit = torch.nn.functional.normalize(embeddings, dim=1)
+    return (torch.cat([batch_scores, unit @ memory.T], 1),
+            torch.cat([batch_relevant, labels[:, None] == memory_labels[None]], 1))
+
+
+@pytest.mark.parametrize("kind", ["items", "rows", "embeddings"])
+def test_a_full_memory_is_shifted_in_place_and_gives_the_losses_of_a_list_of_batches(kind):
+    """Issue 23 item 4: once full, the memory keeps its tensors (shape and address: what a CUDA graph
+    replays) and shifts them in place; the loss value and gradient are those of the current batch
+    and the last tau batches kept as a list, bit for bit (ties included: the order is the same)."""
+    tau, generator = 3, torch.Generator().manual_seed(4)
+    if kind == "embeddings":
+        memory, loss = EmbeddingMemory(RecallLoss(0.02, 4.0), tau), RecallLoss(0.02, 4.0)
+        batches = [(torch.randn(8, 5, generator=generator), torch.randint(0, 3, (8,), generator=generator)) for _ in range(8)]
+    else:
+        loss = MAPLoss(0.15, 5.0) if kind == "items" else APLoss(0.1, 0.5)
+        memory = ScoreMemory(loss, tau)
+        shape = (6, 3) if kind == "items" else (3, 6)
+        # few distinct values: ties between the current batch and the memory
+        batches = [(torch.randint(-3, 3, shape, generator=generator).float(), torch.rand(shape, generator=generator) < 0.4)
+                   for _ in range(8)]  # fmt: skip
+    window, addresses = [], []
+    for step, (scores, relevant) in enumerate(batches):
+        leaf = scores.clone().requires_grad_(True)
+        value = memory(leaf, relevant)
+        value.backward()
+        reference_leaf = scores.clone().requires_grad_(True)
+        expected = loss(*_reference_inputs(kind, window, reference_leaf, relevant))
+        expected.backward()
+        assert torch.equal(value, expected) and torch.equal(leaf.grad, reference_leaf.grad), step
+        window = (window + [(scores, relevant)])[-tau:]
+        addresses.append(tuple(t.data_ptr() for t in memory.held()))
+        assert len(memory) == min(step + 1, tau)
+    assert len(set(addresses[tau:])) == 1  # full from the tau-th batch on: the same two tensors
+
+
+def test_a_batch_of_another_size_rebuilds_the_memory_in_the_same_order():
+    """Over items (ranked dimension 0) batches may differ in size: the memory is rebuilt, and what the
+    loss receives is still the current batch and the last tau batches, oldest first."""
+    spy = ShapeSpy(0)
+    received = []
+    spy.forward = lambda scores, relevant: received.append(scores.detach().clone()) or scores.sum()
+    memory = ScoreMemory(spy, tau=2)
+    batches = [torch.full((n, 2), float(i)) for i, n in enumerate([3, 3, 3, 4, 3, 3])]
+    for scores in batches:
+        memory(scores, scores > 100)
+    for step, got in enumerate(received):
+        expected = torch.cat([batches[step]] + batches[max(0, step - 2):step])
+        assert torch.equal(got, expected), step
+
+
+def test_the_memory_loads_a_state_of_the_old_format_and_keeps_only_tau_batches():
+    """Checkpoints hold ``{"batches": [(first, second), ...]}`` (oldest first), as before the memory
+    became two tensors; a state with more batches than tau keeps the newest tau."""
+    batches = [(torch.full((2, 3), float(i)), torch.zeros(2, 3, dtype=torch.bool)) for i in range(4)]
+    memory = ScoreMemory(APLoss(), tau=3)
+    memory.set_extra_state({"batches": batches})
+    assert [float(a[0, 0]) for a, _ in memory.remembered()] == [1.0, 2.0, 3.0]
+    again = ScoreMemory(APLoss(), tau=3)
+    again.load_state_dict(memory.state_dict())
+    assert torch.equal(again.held()[0], memory.held()[0]) and len(again) == 3

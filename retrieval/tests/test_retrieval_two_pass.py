@@ -42,7 +42,7 @@ def test_parameter_gradients_equal_one_pass(make_loss, chunk_size):
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=1e-4, atol=1e-6, msg=name)
     if isinstance(loss, EmbeddingMemory):  # the memory saw the batch once, as in one pass
-        assert len(loss._batches) == len(one_pass_loss._batches) == 1
+        assert len(loss) == len(one_pass_loss) == 1
 
 
 class _DropoutNet(torch.nn.Module):

@@ -21,18 +21,33 @@ continues with the same memory.
 from __future__ import annotations
 
 import inspect
-from collections import deque
 
 import torch
 import torch.nn.functional as F
 
-from .loss_path import host_checks
+from .loss_path import host_checks, is_compiling
 from .pairwise import check_labels, pairwise_scores
 from .validation import check_scores_and_relevance
 
 
 class _BatchMemory(torch.nn.Module):
-    """The last ``tau`` batches as pairs of detached tensors, saved with ``state_dict()``."""
+    """The last ``tau`` batches, held as two detached tensors (the batches' ``first`` and ``second``
+    parts, oldest batch first, concatenated along dimension ``dim``), saved with ``state_dict()``.
+
+    A full memory is shifted in place: once it holds ``tau`` batches of one size, each new batch of
+    that size drops the oldest by a copy into the same two tensors, so they keep their shape and
+    their address from then on. A CUDA graph needs that (it replays fixed addresses), and a compiled
+    loss then sees the same shapes at every step. While the memory fills, and when a batch of
+    another size arrives, the two tensors are rebuilt. The order is the same either way, so what a
+    loss receives does not depend on which happened (ties are broken by position).
+
+    Under ``torch.compile`` the memory is rebuilt at every batch instead (new tensors, the same
+    values): a compiled backward may read the memory again rather than keep a copy (inductor does),
+    and an in-place shift would change what it reads. For CUDA graphs of a compiled step use
+    ``mode="reduce-overhead"``, which copies its inputs to fixed addresses itself.
+    """
+
+    dim = 0  # the dimension the batches are concatenated along
 
     def __init__(self, loss: torch.nn.Module, tau: int):
         super().__init__()
@@ -40,26 +55,72 @@ class _BatchMemory(torch.nn.Module):
             raise ValueError(f"tau (number of remembered batches) must be an integer >= 0, got {tau}")
         self.loss = loss
         self.tau = int(tau)
-        self._batches: deque[tuple[torch.Tensor, torch.Tensor]] = deque(maxlen=max(self.tau, 1))
+        self._first: torch.Tensor | None = None
+        self._second: torch.Tensor | None = None
+        self._sizes: list[int] = []  # each remembered batch's length along `dim`, oldest first
+
+    def __len__(self) -> int:
+        """The number of batches remembered."""
+        return len(self._sizes)
 
     def remember(self, first: torch.Tensor, second: torch.Tensor) -> None:
-        """Store one batch (detached), only in training mode and when ``tau > 0``."""
-        if self.training and self.tau:
-            self._batches.append((first.detach(), second.detach()))
+        """Store one batch (detached, copied), only in training mode and when ``tau > 0``."""
+        if not (self.training and self.tau):
+            return
+        first, second = first.detach(), second.detach()
+        size = first.shape[self.dim]
+        if len(self._sizes) == self.tau and all(held == size for held in self._sizes) and not is_compiling() and \
+                self._holds_like(self._first, first) and self._holds_like(self._second, second):  # fmt: skip
+            for held, new in ((self._first, first), (self._second, second)):  # in place: same shape, same address
+                held.copy_(torch.cat([held.narrow(self.dim, size, held.shape[self.dim] - size), new], self.dim))
+            return
+        kept = self._sizes[max(0, len(self._sizes) - self.tau + 1):]
+        dropped = sum(self._sizes) - sum(kept)
+        self._first = self._appended(self._first, dropped, first)
+        self._second = self._appended(self._second, dropped, second)
+        self._sizes = kept + [size]
+
+    def _holds_like(self, held: torch.Tensor | None, new: torch.Tensor) -> bool:
+        """True when ``held`` is ``tau`` batches shaped like ``new`` (same dtype and device)."""
+        if held is None or held.dtype != new.dtype or held.device != new.device:
+            return False
+        shape = list(new.shape)
+        shape[self.dim] *= self.tau
+        return list(held.shape) == shape
+
+    def _appended(self, held: torch.Tensor | None, dropped: int, new: torch.Tensor) -> torch.Tensor:
+        if held is None or held.shape[self.dim] == dropped:
+            return new.clone(memory_format=torch.contiguous_format)
+        kept = held.narrow(self.dim, dropped, held.shape[self.dim] - dropped)
+        return torch.cat([kept.to(new.device, new.dtype), new], self.dim)
+
+    def held(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The remembered batches as two tensors (oldest first, along ``dim``), or None when empty.
+        They are the memory itself, overwritten in place by the next :meth:`remember`: copy what
+        must outlive it (the wrapped losses read copies)."""
+        return (self._first, self._second) if self._sizes else None
 
     def remembered(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return list(self._batches) if self.tau else []
+        """The remembered batches, oldest first, as ``(first, second)`` views of the memory."""
+        if not self._sizes:
+            return []
+        return list(zip(self._first.split(self._sizes, self.dim), self._second.split(self._sizes, self.dim)))
 
     def reset(self) -> None:
         """Forget every remembered batch."""
-        self._batches.clear()
+        self._first = self._second = None
+        self._sizes = []
 
     def get_extra_state(self) -> dict:
-        return {"batches": [(a.cpu(), b.cpu()) for a, b in self._batches]}
+        return {"batches": [(a.cpu(), b.cpu()) for a, b in self.remembered()]}
 
     def set_extra_state(self, state: dict) -> None:
-        self._batches.clear()
-        self._batches.extend(state["batches"])
+        self.reset()
+        batches = list(state["batches"])[-self.tau:] if self.tau else []
+        if batches:
+            self._first = torch.cat([a for a, _ in batches], self.dim)
+            self._second = torch.cat([b for _, b in batches], self.dim)
+            self._sizes = [a.shape[self.dim] for a, _ in batches]
 
 
 class ScoreMemory(_BatchMemory):
@@ -76,17 +137,21 @@ class ScoreMemory(_BatchMemory):
 
     def forward(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
         check_scores_and_relevance(scores, relevant, finite=host_checks(scores))
-        remembered = self.remembered()
+        held = self.held()
         kept = 1 if self.dim in (0, -2) else 0  # the dimension that is not ranked (the queries)
-        if remembered and remembered[-1][0].shape[kept] != scores.shape[kept]:
-            raise ValueError(
-                f"ScoreMemory extends dimension {self.dim} (the ranking), so every batch needs the same size "
-                f"in dimension {kept}: got scores {tuple(scores.shape)} after a remembered batch of "
-                f"{tuple(remembered[-1][0].shape)}. A DataLoader's smaller last batch does this: use "
-                "drop_last=True, or call reset() before such a batch"
-            )
-        all_scores = torch.cat([scores] + [s.to(scores.device, scores.dtype) for s, _ in remembered], dim=self.dim)
-        all_relevant = torch.cat([relevant] + [r.to(relevant.device) for _, r in remembered], dim=self.dim)
+        all_scores, all_relevant = scores, relevant
+        if held is not None:
+            if held[0].shape[kept] != scores.shape[kept]:
+                raise ValueError(
+                    f"ScoreMemory extends dimension {self.dim} (the ranking), so every batch needs the same size "
+                    f"in dimension {kept}: got scores {tuple(scores.shape)} after a remembered batch of "
+                    f"{tuple(self.remembered()[-1][0].shape)}. A DataLoader's smaller last batch does this: use "
+                    "drop_last=True, or call reset() before such a batch"
+                )
+            # the current batch first, then the remembered ones, oldest first (cat copies: the loss
+            # never holds the memory itself, which the next batch overwrites)
+            all_scores = torch.cat([scores, held[0].to(scores.device, scores.dtype)], dim=self.dim)
+            all_relevant = torch.cat([relevant, held[1].to(relevant.device)], dim=self.dim)
         value = self.loss(all_scores, all_relevant)
         self.remember(scores, relevant)
         return value
@@ -105,18 +170,20 @@ class EmbeddingMemory(_BatchMemory):
     def scores_and_relevance(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``[B, B - 1 + M]`` scores and relevance that the wrapped loss receives."""
         scores, relevant = pairwise_scores(embeddings, labels)
-        remembered = self.remembered()
-        if remembered and remembered[-1][0].shape[1] != embeddings.shape[1]:
+        held = self.held()
+        if held is None:
+            return scores, relevant
+        memory, memory_labels = held
+        if memory.shape[1] != embeddings.shape[1]:
             raise ValueError(
-                f"EmbeddingMemory holds embeddings of size {remembered[-1][0].shape[1]}, got a batch of size "
+                f"EmbeddingMemory holds embeddings of size {memory.shape[1]}, got a batch of size "
                 f"{embeddings.shape[1]}: the embedding size changed; call reset() after changing the model"
             )
-        if remembered:
-            memory = torch.cat([e for e, _ in remembered]).to(embeddings.device, embeddings.dtype)
-            memory_labels = torch.cat([l for _, l in remembered]).to(labels.device)
-            unit = F.normalize(embeddings, dim=1)
-            scores = torch.cat([scores, unit @ memory.transpose(0, 1)], dim=1)
-            relevant = torch.cat([relevant, labels.unsqueeze(1) == memory_labels.unsqueeze(0)], dim=1)
+        # a copy: the product saves it for the backward pass, and the next batch overwrites the memory
+        memory = memory.to(embeddings.device, embeddings.dtype, copy=True)
+        unit = F.normalize(embeddings, dim=1)
+        scores = torch.cat([scores, unit @ memory.transpose(0, 1)], dim=1)
+        relevant = torch.cat([relevant, labels.unsqueeze(1) == memory_labels.to(labels.device).unsqueeze(0)], dim=1)
         return scores, relevant
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -149,15 +216,18 @@ class RowMemory(_BatchMemory):
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         check_labels(embeddings, labels, finite=host_checks(embeddings))
         scores, relevant = pairwise_scores(embeddings, labels)
-        remembered = self.remembered()
-        if remembered and remembered[-1][0].shape[1] != scores.shape[1]:
+        held = self.held()
+        if held is not None and held[0].shape[1] != scores.shape[1]:
             raise ValueError(
-                f"RowMemory appends score rows of {remembered[-1][0].shape[1]} columns, got a batch of "
+                f"RowMemory appends score rows of {held[0].shape[1]} columns, got a batch of "
                 f"{scores.shape[0]} ({scores.shape[1]} columns): every batch needs the same size. A DataLoader's "
                 "smaller last batch does this: use drop_last=True, or call reset() before such a batch"
             )
-        all_scores = torch.cat([scores] + [s.to(scores.device, scores.dtype) for s, _ in remembered])
-        all_relevant = torch.cat([relevant] + [r.to(relevant.device) for _, r in remembered])
+        batches = 1 + len(self)
+        if held is not None:  # the current rows first, then the remembered ones, oldest first (cat copies)
+            scores_all = torch.cat([scores, held[0].to(scores.device, scores.dtype)])
+            relevant_all = torch.cat([relevant, held[1].to(relevant.device)])
+        else:
+            scores_all, relevant_all = scores, relevant
         self.remember(scores, relevant)
-        return self.loss.mean_over_rows(all_scores, all_relevant, rank_scale=float(1 + len(remembered)))
-
+        return self.loss.mean_over_rows(scores_all, relevant_all, rank_scale=float(batches))
