@@ -121,3 +121,18 @@ def test_cpu_and_gpu_break_ties_identically():
     scores[0, :10] = -0.0  # both zeros tie
     for rows in (scores, scores[:1]):  # the several-rows key and the one-row key
         assert torch.equal(exact_rank(rows), exact_rank(rows.cuda()).cpu())
+
+
+@pytest.mark.parametrize("shape, dtype", [((1, 500), torch.float32), ((4, 300), torch.float32), ((1, 400), torch.float64),
+                                          ((3, 200), torch.float64), ((2, 100), torch.float16)])  # fmt: skip
+def test_ranking_a_buffer_the_caller_gives_up_gives_the_same_ranks_and_leaves_other_input_alone(shape, dtype):
+    """Issue 23 item 6: the backward builds its sort keys in the perturbed scores it owns
+    (``owned=True``, no copy); without ``owned`` the input is never written."""
+    scores = (torch.randint(-20, 20, shape, generator=torch.Generator().manual_seed(0)) / 4).to(dtype)
+    scores.view(-1)[:7] = -0.0
+    kept = scores.clone()
+    expected = exact_rank(scores)
+    assert torch.equal(scores, kept) and torch.equal(scores.signbit(), kept.signbit())
+    assert torch.equal(exact_rank(scores.clone(), owned=True), expected)
+    transposed = scores.T.contiguous().T  # not contiguous: the keys are then a copy after all
+    assert torch.equal(exact_rank(transposed, owned=True), expected)

@@ -85,8 +85,8 @@ def dense_ranks_of_relevant_items(
     """
     shifted = shift_by_margin(scores, relevant, margin)
     ranks, integer_ranks = rank_with_integers(shifted, lam, validate=False)
-    position = integer_ranks.long() - 1
-    in_rank_order = torch.zeros_like(integer_ranks).scatter_(-1, position, relevant.to(integer_ranks.dtype))
+    position = integer_ranks.long().sub_(1)
+    in_rank_order = torch.zeros_like(relevant).scatter_(-1, position, relevant)  # bool: 1 byte per entry
     ranks_relevant = in_rank_order.cumsum(-1, dtype=integer_ranks.dtype).gather(-1, position)
     return ranks, ranks_relevant.to(ranks.dtype)
 

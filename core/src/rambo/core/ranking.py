@@ -28,16 +28,18 @@ _SIGN_MASK_32 = 0x7FFFFFFF
 _SIGN_MASK_64 = 0x7FFFFFFFFFFFFFFF
 
 
-def _descending_keys(values: torch.Tensor) -> torch.Tensor:
+def _descending_keys(values: torch.Tensor, owned: bool = False) -> torch.Tensor:
     """Integer keys whose ascending order is the descending order of ``values`` (float32/64).
 
     The float's sign and magnitude bits become a two's-complement integer (``-magnitude`` for a
     negative float), whose order is the floats' order with -0.0 and +0.0 equal, as they are as
     floats; then ``~`` reverses the order. Integer operations only: a compiler cannot drop them
     (inductor dropped the ``+ 0.0`` that used to merge the zeros). One copy is made, the bit
-    operations after it work in place (this runs on 1e8 elements).
+    operations after it work in place (this runs on 1e8 elements); ``owned``: ``values`` is a
+    contiguous buffer of the caller's that may be overwritten, so not even that copy is made.
     """
-    values = values.clone(memory_format=torch.contiguous_format)
+    if not (owned and values.is_contiguous()):
+        values = values.clone(memory_format=torch.contiguous_format)
     if values.dtype == torch.float32:
         bits, width, magnitude_mask = values.view(torch.int32), 31, _SIGN_MASK_32
     else:
@@ -47,40 +49,45 @@ def _descending_keys(values: torch.Tensor) -> torch.Tensor:
     return bits.bitwise_and_(magnitude_mask).bitwise_xor_(sign).sub_(sign).bitwise_not_()
 
 
-def descending_order(scores: torch.Tensor) -> torch.Tensor:
+def descending_order(scores: torch.Tensor, owned: bool = False) -> torch.Tensor:
     """Indices that sort ``scores`` along the last dimension from highest to lowest, ties by position.
 
     ``scores: [..., N]`` -> ``order: [..., N]`` (int64); ``order[..., 0]`` is the best item.
+    ``owned``: ``scores`` is a buffer of the caller's that may be overwritten (it is, by the keys).
     """
     values = scores.detach()
     if values.dtype not in (torch.float32, torch.float64):
-        values = values.float()
+        values, owned = values.float(), True
     n = values.shape[-1]
     flat = values.reshape(-1, n)
-    keys = sort_keys(flat)
+    keys = sort_keys(flat, owned=owned)
     if keys is None:
         order = torch.sort(flat, dim=-1, descending=True, stable=True).indices
     else:
-        order = torch.sort(keys, stable=True).indices.view(flat.shape)
+        # On the CPU the sorted keys overwrite the keys (torch sorts a copy of its input in place),
+        # which saves a buffer of the keys' size; a GPU sort keeps separate input and output.
+        out = (keys, torch.empty(keys.shape, dtype=torch.int64)) if keys.device.type == "cpu" else None
+        order = torch.sort(keys, stable=True, out=out).indices.view(flat.shape)
         if flat.shape[0] > 1:
             order -= torch.arange(flat.shape[0], device=flat.device).unsqueeze(1) * n
     return order.view(values.shape)
 
 
-def sort_keys(flat: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor | None:
+def sort_keys(flat: torch.Tensor, rows: torch.Tensor | None = None, owned: bool = False) -> torch.Tensor | None:
     """1-D integer keys of a ``[R, N]`` float matrix whose stable ascending sort orders each row's
     scores from highest to lowest, rows one after the other (ties by position): the
     order-preserving integer image of the floats, with the row index in the high 32 bits of an
     int64 key when R > 1. None when no such key exists (R > 1 and not float32, or R >= 2**31).
 
     ``rows``: the keys of the entries of a 1-D ``flat`` (e.g. perturbed scores of a few items) that
-    lie in these rows of an R > 1 matrix; without it ``flat`` is the whole matrix.
+    lie in these rows of an R > 1 matrix; without it ``flat`` is the whole matrix. ``owned``:
+    ``flat`` may be overwritten (:func:`_descending_keys`).
     """
     if rows is None and flat.shape[0] == 1:
-        return _descending_keys(flat).view(-1)
+        return _descending_keys(flat, owned).view(-1)
     if flat.dtype != torch.float32 or (rows is None and flat.shape[0] >= 2**31):
         return None
-    keys = _descending_keys(flat).long() + 2**31  # in [0, 2^32)
+    keys = _descending_keys(flat, owned).long().add_(2**31)  # in [0, 2^32)
     if rows is None:
         rows = torch.arange(flat.shape[0], device=flat.device).unsqueeze(1)
     return (keys | (rows << 32)).view(-1)
@@ -97,9 +104,15 @@ def ranks_from_order(order: torch.Tensor) -> torch.Tensor:
     return torch.empty(order.shape, dtype=dtype, device=order.device).scatter_(-1, order, positions)
 
 
-def exact_rank(scores: torch.Tensor) -> torch.Tensor:
-    """Ranks 1..N along the last dimension (Eq. 2, 1 = highest score, stable ties), integers, no gradient."""
-    return ranks_from_order(descending_order(scores))
+def exact_rank(scores: torch.Tensor, owned: bool = False) -> torch.Tensor:
+    """Ranks 1..N along the last dimension (Eq. 2, 1 = highest score, stable ties), integers, no gradient.
+
+    ``owned``: ``scores`` is a buffer the caller gives up (it is overwritten, and freed here as soon
+    as the order is known when the caller holds no other reference to it).
+    """
+    order = descending_order(scores, owned)
+    del scores
+    return ranks_from_order(order)
 
 
 def ranks_within_relevant_items(rows: torch.Tensor, ranks: torch.Tensor, num_rows: int) -> torch.Tensor:
@@ -157,8 +170,8 @@ def alg1_gradient(scores: torch.Tensor, ranks: torch.Tensor, grad_ranks: torch.T
     # y + lam * dL/drank as two separately rounded operations, never one fused multiply-add
     # (which a GPU kernel may use, and a CPU kernel may not): the perturbed scores, hence the
     # ranks of the backward pass, are then the same bits on every device.
-    perturbed = grad_ranks.to(compute_dtype).mul(lam_raw).add_(scores.detach().to(compute_dtype))
-    ranks_perturbed = exact_rank(perturbed)
+    # The buffer is this function's own: the sort keys are built in it, and it is freed once sorted.
+    ranks_perturbed = exact_rank(grad_ranks.to(compute_dtype).mul(lam_raw).add_(scores.detach().to(compute_dtype)), owned=True)
     # Alg. 1: -(rank(y) - rank(y_lam)) / lam, the difference taken exactly in integers.
     grad_scores = ranks_perturbed.sub_(ranks).to(compute_dtype).div_(lam_raw)
     return grad_scores.to(scores.dtype)
