@@ -42,3 +42,19 @@ def test_a_key_declared_changeable_later_is_not_a_difference(tmp_path):
     assert state["epoch"] == 2
     with pytest.raises(ValueError, match="seed: 0 -> 1"):
         checkpoint_to_resume(path, True, {"seed": 1}, may_change=["name", "wandb"])
+
+
+def test_a_key_at_its_declared_default_is_left_out_of_the_identity(tmp_path):
+    """``identity_defaults``: a checkpoint written before ``precision`` existed resumes a run at the
+    default, not one at another value."""
+    defaults = {"precision": "float32", "model.channels_last": False}
+    config = {"seed": 0, "precision": "float32", "model": {"width": 4, "channels_last": False}}
+    assert run_identity(config, (), defaults) == {"seed": 0, "model.width": 4}
+    other = {**config, "precision": "bfloat16", "model": {"width": 4, "channels_last": True}}
+    assert run_identity(other, (), defaults) == {"seed": 0, "precision": "bfloat16", "model.width": 4, "model.channels_last": True}
+    assert run_identity(config, ()) == {"seed": 0, "precision": "float32", "model.width": 4, "model.channels_last": False}
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint({"identity": {"seed": 0, "model.width": 4}, "epoch": 1}, path)  # before the keys existed
+    assert checkpoint_to_resume(path, True, run_identity(config, (), defaults))["epoch"] == 1
+    with pytest.raises(ValueError, match=r"precision: None -> 'bfloat16'"):
+        checkpoint_to_resume(path, True, run_identity(other, (), defaults))

@@ -118,3 +118,16 @@ def test_wandb_runs_carry_flat_keys_a_profile_group_and_the_headline_summary(tmp
     assert {k: only["config"][k] for k in keys} == keys and only["config"]["profile"] == "mini"
     assert FakeRun.summary["R@1"] == 0.7 and FakeRun.summary["epochs"] == 1
     assert run_module.wandb_group(None, "toy") == "toy" and run_module.wandb_group("paper", "sop_log") == "paper/sop_log"
+
+
+def test_a_key_added_at_its_identity_default_resumes_an_older_checkpoint(tmp_path):
+    """The run reads ``identity_defaults`` (listed in ``resume_may_change``): a checkpoint written
+    before ``precision`` existed resumes at ``float32`` and is refused at ``bfloat16``."""
+    may_change = ["resume", "resume_may_change", "max_epochs_this_run", "wandb"]  # it lists itself, as the apps' do
+    train(config(tmp_path, max_epochs_this_run=1, resume_may_change=may_change))
+    added = {"resume_may_change": [*may_change, "identity_defaults"], "identity_defaults": {"precision": "float32"}}
+    with pytest.raises(ValueError, match=r"precision: None -> 'bfloat16'"):
+        train(config(tmp_path, resume=True, precision="bfloat16", **added))
+    assert train(config(tmp_path, resume=True, precision="float32", **added))["epochs"] == 3
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["identity"]
+    assert "precision" not in saved and "identity_defaults.precision" not in saved

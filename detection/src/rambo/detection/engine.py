@@ -3,6 +3,8 @@ references): no configuration, only objects, so a user's own loop can call them.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from rambo.harness.loss_sums import DeviceLossSums, reads_every_step
@@ -17,11 +19,13 @@ AP_METHODS = ("area", "11point")
 
 def train_one_epoch(model, loader, optimizer, scheduler, device, flips: torch.Generator, iterations: int,
                     show_progress: bool = False, description: str = "",
-                    grad_clip_max_norm: float | None = None) -> tuple[dict, int]:  # fmt: skip
+                    grad_clip_max_norm: float | None = None, autocast=contextlib.nullcontext) -> tuple[dict, int]:  # fmt: skip
     """At most ``iterations`` steps over ``loader`` (``(images, targets)`` batches), random
     horizontal flips drawn from ``flips``, the learning rate stepped every iteration, and the
     gradient's 2-norm over all parameters clipped at ``grad_clip_max_norm`` when given (as
-    mmdetection's ``optimizer_config.grad_clip``).
+    mmdetection's ``optimizer_config.grad_clip``). ``autocast``: the factory of the forward pass's
+    context (:func:`rambo.harness.precision.autocast`); the RoI heads compute their losses in
+    float32 outside it (:class:`.roi_heads.ConfigurableLossRoIHeads`).
 
     Returns ``({loss name: mean over the steps}, images seen)``; a non-finite loss is a
     ``FloatingPointError`` naming the step and each loss term (on a GPU, where the losses are summed
@@ -36,7 +40,8 @@ def train_one_epoch(model, loader, optimizer, scheduler, device, flips: torch.Ge
         images, targets = random_flips(images, targets, flips)
         images = [image.to(device) for image in images]
         targets = [{"boxes": t["boxes"].to(device), "labels": t["labels"].to(device)} for t in targets]
-        losses = model(images, targets)
+        with autocast():
+            losses = model(images, targets)
         loss = sum(losses.values())
         if on_device is None and not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite loss at {description}, step {step}: { {k: float(v) for k, v in losses.items()} }")
@@ -58,8 +63,9 @@ def train_one_epoch(model, loader, optimizer, scheduler, device, flips: torch.Ge
     return {k: v / max(count, 1) for k, v in sums.items()}, images_seen
 
 
-def evaluate(model, dataset, device, batch_size: int, num_classes: int, show_progress: bool = False) -> dict:
+def evaluate(model, dataset, device, batch_size: int, num_classes: int, show_progress: bool = False,
+             autocast=contextlib.nullcontext) -> dict:  # fmt: skip
     """VOC AP50 of ``model`` on ``dataset`` (kept with its difficult objects) by both AP methods:
-    ``{"area": {"map", "ap"}, "11point": {...}}``."""
-    predictions, ground_truths = collect_detections(model, dataset, device, batch_size, show_progress)
+    ``{"area": {"map", "ap"}, "11point": {...}}``; ``autocast`` as in training."""
+    predictions, ground_truths = collect_detections(model, dataset, device, batch_size, show_progress, autocast)
     return {method: evaluate_voc(predictions, ground_truths, num_classes, method) for method in AP_METHODS}

@@ -6,6 +6,11 @@ in the parent, and the box-regression loss is torchvision's own ``fastrcnn_loss`
 is the parent's, except for the score that ranks detections, which must be the score the loss
 trained (``score_function``): the softmax probability for cross-entropy, the object-class logit
 for the rank loss. Nothing in torchvision is patched.
+
+Under bfloat16 autocast (``precision: bfloat16``, :mod:`rambo.harness.precision`) the classifier's
+logits and box regression are cast to float32 where they leave the predictor, and the losses run
+outside autocast (whose matrix products would otherwise compute in bf16 again): the rank loss
+never ranks bf16 scores, and detections are scored and placed in float32.
 """
 
 from __future__ import annotations
@@ -58,7 +63,9 @@ class ConfigurableLossRoIHeads(RoIHeads):
         self.candidates_per_image = int(candidates_per_image)
 
     def postprocess_detections(self, class_logits, box_regression, proposals, image_shapes):
-        """``class_logits [R, C+1]``, ``box_regression [R, 4 (C+1)]`` -> per image boxes, scores, labels."""
+        """``class_logits [R, C+1]``, ``box_regression [R, 4 (C+1)]`` -> per image boxes, scores, labels
+        (in float32, also under bfloat16 autocast)."""
+        class_logits, box_regression = class_logits.float(), box_regression.float()
         if self.score_function == "softmax":
             return super().postprocess_detections(class_logits, box_regression, proposals, image_shapes)
         num_classes = class_logits.shape[1] - 1
@@ -87,8 +94,9 @@ class ConfigurableLossRoIHeads(RoIHeads):
             raise ValueError("targets are required in training mode")
         proposals, _, labels, regression_targets = self.select_training_samples(proposals, targets)
         box_features = self.box_head(self.box_roi_pool(features, proposals, image_shapes))
-        class_logits, box_regression = self.box_predictor(box_features)
-        # Box regression: torchvision's own term (its cross-entropy output is discarded).
-        _, loss_box_reg = fastrcnn_loss(class_logits, box_regression, labels, regression_targets)
-        loss_classifier = self.classifier_loss(class_logits, torch.cat(labels, dim=0))
+        class_logits, box_regression = (output.float() for output in self.box_predictor(box_features))
+        with torch.autocast(class_logits.device.type, enabled=False):  # the losses in float32 (module docstring)
+            # Box regression: torchvision's own term (its cross-entropy output is discarded).
+            _, loss_box_reg = fastrcnn_loss(class_logits, box_regression, labels, regression_targets)
+            loss_classifier = self.classifier_loss(class_logits, torch.cat(labels, dim=0))
         return [], {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg}

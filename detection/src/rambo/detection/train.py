@@ -6,6 +6,7 @@ are in :mod:`.engine`, the run's life (resume, checkpoints, curve, W&B, metrics)
     python -m rambo.detection.train experiment=mini_rambo seed=1
     python -m rambo.detection.train experiment=table5_r50_voc07_rambo      # a paper row (VOC, GPU)
     python -m rambo.detection.train ... resume=true                        # continue a killed run
+    python -m rambo.detection.train ... precision=bfloat16 channels_last=true  # bf16 autocast, NHWC model (rambo.harness.precision)
     torchrun --nproc_per_node=8 -m rambo.detection.train ...               # DDP: the batch split over processes
 
 Writes ``checkpoint_path`` after every epoch, ``curve_path`` (per-epoch mean losses) and, after
@@ -23,6 +24,7 @@ import torch
 from omegaconf import DictConfig
 
 from rambo.harness.distributed import ShardedBatchSampler, barrier, detect_setup, init_process_group, world_size, wrap_model
+from rambo.harness.precision import autocast, to_channels_last
 from rambo.harness.row_name import check_row_name
 from rambo.harness.run import TrainingRun
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
@@ -85,6 +87,7 @@ def train(cfg: DictConfig) -> dict:
     set_threads(cfg.threads)
     seed_everything(cfg.seed)
     device = resolve_device(cfg.device, setup.local_rank)
+    forward_context = autocast(cfg.precision, device)  # bfloat16: the forward passes under autocast (rambo.harness.precision)
     classes = class_names(cfg.data)
     if setup.is_main:
         prepare_data(cfg.data)
@@ -92,6 +95,8 @@ def train(cfg: DictConfig) -> dict:
     train_set = VOCDetectionDataset(cfg.data.train_roots, cfg.data.train_set, classes, train=True, max_images=cfg.data.max_train_images)
     test_set = VOCDetectionDataset([cfg.data.test_root], cfg.data.test_set, classes, train=False, max_images=cfg.data.max_test_images)
     model = build_detector(cfg.model, cfg.loss, len(classes)).to(device)
+    if cfg.channels_last:  # the model only: its transform batches the 3-D images inside the forward pass
+        to_channels_last(model)
     started_from = {}
     if cfg.get("init_checkpoint"):  # before TrainingRun: a resumed checkpoint then overrides these weights
         started_from["init_checkpoint_md5"] = load_initial_weights(model, cfg.init_checkpoint)
@@ -112,7 +117,8 @@ def train(cfg: DictConfig) -> dict:
         try:
             means, images = train_one_epoch(trained, epoch_loader(cfg, train_set, epoch, setup.rank, setup.world_size), optimizer,
                                             scheduler, device, flips, iterations, setup.is_main and cfg.progress,
-                                            f"epoch {epoch}/{schedule.epochs}", schedule.get("grad_clip_max_norm"))  # fmt: skip
+                                            f"epoch {epoch}/{schedule.epochs}", schedule.get("grad_clip_max_norm"),
+                                            forward_context)  # fmt: skip
         except FloatingPointError as error:
             raise run.diverged(error) from None
         run.extra["train_seconds"] += time.perf_counter() - started
@@ -121,7 +127,7 @@ def train(cfg: DictConfig) -> dict:
     if not setup.is_main:
         return {}
     started = time.perf_counter()
-    results = evaluate(model, test_set, device, schedule.batch_size, len(classes), cfg.progress)
+    results = evaluate(model, test_set, device, schedule.batch_size, len(classes), cfg.progress, forward_context)
     eval_seconds = time.perf_counter() - started
     seconds, images = run.extra["train_seconds"], run.extra["train_images"]
     speed = {"train images/s": images / seconds if seconds > 0 else None,

@@ -8,6 +8,14 @@ What makes two runs "the same" is declared in each app's config: the run identit
 configuration without the keys listed in ``resume_may_change`` (where files are, how the run is
 shown, which device runs it). Everything else, epochs included, must be equal: a changed value
 would silently mix two experiments in one result.
+
+A key added to the config later would change the identity of every run written before it, and
+``resume=auto`` would train them all again. The config's ``identity_defaults`` (a mapping of flat
+keys, ``a.b``, to values; itself listed in ``resume_may_change``) declares such a key's default:
+a key whose value equals its declared default is left out of the identity, so a checkpoint
+written before the key existed still matches a run at the default, and a run at another value
+(``precision: bfloat16``) does not. The defaults are written out as values, never as
+interpolations of the keys themselves (which would always match).
 """
 
 from __future__ import annotations
@@ -32,9 +40,10 @@ def check_policy(policy) -> None:
         raise ValueError(f"resume must be one of false, true, auto; got {policy!r}")
 
 
-def run_identity(config: Mapping, may_change: Iterable[str] = ()) -> dict:
-    """``config`` flattened to ``{"a.b": value}``, without the keys (and subtrees) in ``may_change``."""
-    skip = set(may_change)
+def run_identity(config: Mapping, may_change: Iterable[str] = (), defaults: Mapping | None = None) -> dict:
+    """``config`` flattened to ``{"a.b": value}``, without the keys (and subtrees) in ``may_change``
+    and without the flat keys whose value equals theirs in ``defaults`` (``identity_defaults``)."""
+    skip, defaults = set(may_change), dict(defaults or {})
     flat = {}
 
     def walk(node: Mapping, prefix: str) -> None:
@@ -44,7 +53,7 @@ def run_identity(config: Mapping, may_change: Iterable[str] = ()) -> dict:
                 continue
             if isinstance(value, Mapping) and value:
                 walk(value, f"{name}.")
-            else:
+            elif name not in defaults or value != defaults[name]:
                 flat[name] = value
 
     walk(config, "")

@@ -11,7 +11,8 @@ An app builds its objects (model, optimizer, scheduler, loss, ...), hands the on
     run.finish({"experiment": ..., "AP50": ...})
 
 The config keys it reads: ``seed``, ``experiment_name``, ``output_dir``, ``metrics_path``,
-``headline_path`` (optional), ``curve_path``, ``checkpoint_path``, ``resume``, ``resume_may_change``, ``max_epochs_this_run``,
+``headline_path`` (optional), ``curve_path``, ``checkpoint_path``, ``resume``, ``resume_may_change``,
+``identity_defaults`` (optional; :mod:`.resume`), ``max_epochs_this_run``,
 ``profile_name`` (optional) and ``wandb.{mode, project, job_type}``. Only the main process writes files and talks to W&B.
 W&B: one run per seed in the group ``<profile>/<experiment>`` (:func:`wandb_group`), its config the
 run's flat ``wandb_keys`` (task, dataset, loss_name, lambda, margin, tau, seed: what a dashboard
@@ -72,7 +73,8 @@ class TrainingRun:
         self.summary_keys, self.untracked_keys = summary_keys, frozenset(untracked_keys)
         self.cfg, self.stateful, self.is_main = cfg, dict(stateful), is_main
         self.config = OmegaConf.to_container(cfg, resolve=True)
-        self.identity = {**run_identity(self.config, cfg.resume_may_change), **dict(identity_extra or {})}
+        identity = run_identity(self.config, cfg.resume_may_change, self.config.get("identity_defaults"))
+        self.identity = {**identity, **dict(identity_extra or {})}
         self.provenance = run_provenance(cfg.get("profile_name"), device)
         self.checkpoint_path = Path(cfg.checkpoint_path)
         self.epoch, self.curve, self.extra, wandb_id = 0, [], dict(extra or {}), None

@@ -12,11 +12,14 @@ CLI: ``python -m rambo.retrieval.evaluate --checkpoint CKPT --dataset sop --root
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 
 import numpy as np
 import torch
+
+from rambo.harness.precision import to_channels_last
 
 # Paper's K per dataset (Tables 2-4).
 PAPER_KS = {"sop": (1, 10, 100, 1000), "synthetic": (1, 10, 100, 1000), "cub": (1, 2, 4, 8), "inshop": (1, 10, 20, 30, 50),
@@ -224,14 +227,24 @@ def r_precision(embeddings, labels, query_embeddings=None, query_labels=None) ->
 
 
 @torch.no_grad()
-def compute_embeddings(model: torch.nn.Module, dataset, batch_size: int = 256, num_workers: int = 0, device="cpu"):
-    """``(embeddings [n, D] float32, labels [n] int64)`` of a dataset yielding ``(image, label, index)``."""
+def compute_embeddings(model: torch.nn.Module, dataset, batch_size: int = 256, num_workers: int = 0, device="cpu",
+                       autocast=contextlib.nullcontext, channels_last: bool = False):  # fmt: skip
+    """``(embeddings [n, D] float32, labels [n] int64)`` of a dataset yielding ``(image, label, index)``.
+
+    ``autocast``: the factory of the forward pass's context (:func:`rambo.harness.precision.autocast`;
+    the embeddings are cast to float32 after it); ``channels_last``: the image batches in
+    channels-last memory format."""
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
     was_training = model.training
     model.eval()
     embeddings, labels = [], []
     for images, batch_labels, _ in loader:
-        embeddings.append(model(images.to(device)).float().cpu())
+        images = images.to(device)
+        if channels_last:
+            images = to_channels_last(images)
+        with autocast():
+            output = model(images)
+        embeddings.append(output.float().cpu())
         labels.append(torch.as_tensor(batch_labels))
     model.train(was_training)
     return torch.cat(embeddings), torch.cat(labels)
@@ -252,15 +265,17 @@ def mean_pairwise_cosine(embeddings) -> float:
 
 
 def evaluate_model(model, splits: dict, ks, batch_size: int = 256, num_workers: int = 0, device="cpu",
-                   spread: bool = False) -> dict:  # fmt: skip
+                   spread: bool = False, autocast=contextlib.nullcontext, channels_last: bool = False) -> dict:  # fmt: skip
     """Metrics of ``model`` on a test split: ``splits`` maps "test" (or "query" and "gallery") to datasets.
-    ``spread``: add ``mean_cosine``, the :func:`mean_pairwise_cosine` of the test (gallery) embeddings."""
+    ``spread``: add ``mean_cosine``, the :func:`mean_pairwise_cosine` of the test (gallery) embeddings;
+    ``autocast``, ``channels_last``: as :func:`compute_embeddings`."""
+    embed = dict(autocast=autocast, channels_last=channels_last)
     if "query" in splits:
-        gallery, gallery_labels = compute_embeddings(model, splits["gallery"], batch_size, num_workers, device)
-        query, query_labels = compute_embeddings(model, splits["query"], batch_size, num_workers, device)
+        gallery, gallery_labels = compute_embeddings(model, splits["gallery"], batch_size, num_workers, device, **embed)
+        query, query_labels = compute_embeddings(model, splits["query"], batch_size, num_workers, device, **embed)
         metrics = retrieval_metrics(gallery, gallery_labels, ks, query, query_labels, device=device)
     else:
-        gallery, labels = compute_embeddings(model, splits["test"], batch_size, num_workers, device)
+        gallery, labels = compute_embeddings(model, splits["test"], batch_size, num_workers, device, **embed)
         metrics = retrieval_metrics(gallery, labels, ks, device=device)
     return {**metrics, "mean_cosine": mean_pairwise_cosine(gallery)} if spread else metrics
 

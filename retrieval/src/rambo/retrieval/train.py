@@ -7,6 +7,7 @@ life (resume, checkpoints, curve, W&B, metrics) in :mod:`rambo.harness.run`.
     python -m rambo.retrieval.train experiment=synthetic_contrastive seed=1
     python -m rambo.retrieval.train data=sop data.root=DIR            # your folder, mini scale (.own_data)
     python -m rambo.retrieval.train ... resume=true                   # continue a killed run
+    python -m rambo.retrieval.train ... precision=bfloat16 channels_last=true  # bf16 autocast, NHWC (rambo.harness.precision)
     torchrun --nproc_per_node=4 -m rambo.retrieval.train ...          # DDP, ranks over the global batch
 
 Every ``eval_every`` epochs (and at the end) the model is evaluated on the test split and on a
@@ -33,6 +34,7 @@ from torchvision.transforms import PILToTensor
 
 from rambo.harness.checkpoint import save_checkpoint
 from rambo.harness.distributed import ShardedBatchSampler, barrier, detect_setup, init_process_group, wrap_model
+from rambo.harness.precision import autocast, to_channels_last
 from rambo.harness.row_name import check_row_name
 from rambo.harness.run import TrainingRun
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
@@ -116,6 +118,7 @@ def train(cfg: DictConfig) -> dict:
     setup = detect_setup()
     init_process_group(setup)
     device = resolve_device(cfg.device, setup.local_rank)
+    forward_context = autocast(cfg.precision, device)  # bfloat16: the forward passes under autocast (rambo.harness.precision)
     set_threads(cfg.threads)
     seed_everything(cfg.seed)
     splits = build_splits(cfg) if setup.is_main else None  # rank 0 generates the synthetic set, if any
@@ -126,6 +129,8 @@ def train(cfg: DictConfig) -> dict:
     loader = torch.utils.data.DataLoader(splits["train"], batch_sampler=sampler, num_workers=cfg.num_workers,
                                          collate_fn=train_collate(cfg))  # fmt: skip
     model = build_model(cfg.model).to(device)
+    if cfg.channels_last:
+        to_channels_last(model)
     optimizer = build_optimizer(cfg, model)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(cfg.scheduler.milestones), cfg.scheduler.gamma)
     loss_fn = instantiate(cfg.loss.module).to(device)
@@ -135,18 +140,20 @@ def train(cfg: DictConfig) -> dict:
                       summary_keys=("loss", "lr", "test/R@1", "validation/R@1", "seconds"), untracked_keys=("seconds",),
                       device=device, wandb_keys=wandb_keys(cfg))
     history = run.extra["history"]
+    evaluation = (cfg.data.ks, cfg.batch_size, cfg.num_workers, device, forward_context, cfg.channels_last)
     for epoch in run.epochs(cfg.epochs):
         started = time.perf_counter()
         sampler.set_epoch(epoch)
         try:
             loss = train_one_epoch(trained, loader, loss_fn, optimizer, device, cfg.two_pass_chunk_size,
-                                   setup.is_main and cfg.progress, f"epoch {epoch}/{cfg.epochs}")  # fmt: skip
+                                   setup.is_main and cfg.progress, f"epoch {epoch}/{cfg.epochs}", forward_context,
+                                   cfg.channels_last)  # fmt: skip
         except FloatingPointError as error:
             raise run.diverged(error) from None
         scheduler.step()
         row = {"epoch": epoch, "loss": loss, "lr": scheduler.get_last_lr()[0], "seconds": round(time.perf_counter() - started, 3)}
         if setup.is_main and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
-            history.append({"epoch": epoch, **evaluate(model, splits, cfg.data.ks, cfg.batch_size, cfg.num_workers, device)})
+            history.append({"epoch": epoch, **evaluate(model, splits, *evaluation)})
             if warning := collapse_warning(history[-1]):
                 log.warning("epoch %d: %s", epoch, warning)
             row.update({f"{split}/{k}": v for split in ("test", "validation") for k, v in history[-1].get(split, {}).items()})
@@ -156,7 +163,7 @@ def train(cfg: DictConfig) -> dict:
         run.end_epoch(row, cfg.epochs)
     if cfg.epochs == 0 and setup.is_main:  # the untrained model: the baseline a user compares against
         log.info("epochs=0: evaluating the untrained model (no training, no checkpoint)")
-        history.append({"epoch": 0, **evaluate(model, splits, cfg.data.ks, cfg.batch_size, cfg.num_workers, device)})
+        history.append({"epoch": 0, **evaluate(model, splits, *evaluation)})
     protocols = select_protocols(history)
     metrics = {"experiment": cfg.experiment_name, "seed": cfg.seed, "epochs_trained": run.epoch,
                "complete": run.epoch == cfg.epochs, **protocols}  # fmt: skip

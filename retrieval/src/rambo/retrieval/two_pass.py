@@ -13,6 +13,8 @@ updated once per chunk, by pass 2.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from .distributed import global_batch_loss
@@ -27,12 +29,15 @@ def _batchnorm_buffers(model: torch.nn.Module) -> list[tuple[torch.Tensor, torch
     ]
 
 
-def two_pass_backward(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, loss_fn, chunk_size: int) -> torch.Tensor:
+def two_pass_backward(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, loss_fn, chunk_size: int,
+                      autocast=contextlib.nullcontext) -> torch.Tensor:  # fmt: skip
     """Accumulate the gradients of ``loss_fn(model(images), labels)`` into the parameters.
 
     ``images: [B, ...]``, ``labels: [B]``; ``loss_fn(embeddings [B', D], labels [B'])`` is called
     once, on the batch gathered over processes (``B' = world_size * B``). Returns the loss value
-    (detached). Under DDP, gradients are synchronised on the last chunk only.
+    (detached). Under DDP, gradients are synchronised on the last chunk only. ``autocast``: the
+    factory of the forward passes' context (:func:`rambo.harness.precision.autocast`); the
+    embeddings reach the loss in float32, outside it.
     """
     if int(chunk_size) != chunk_size or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
@@ -43,7 +48,7 @@ def two_pass_backward(model: torch.nn.Module, images: torch.Tensor, labels: torc
 
     saved_buffers = _batchnorm_buffers(model)
     rng_before_chunk = []
-    with torch.no_grad():
+    with torch.no_grad(), autocast():
         parts = []
         for chunk in chunks:
             rng_before_chunk.append((torch.get_rng_state(), torch.cuda.get_rng_state_all() if devices else None))
@@ -51,7 +56,7 @@ def two_pass_backward(model: torch.nn.Module, images: torch.Tensor, labels: torc
     for buffer, saved in saved_buffers:
         buffer.copy_(saved)
 
-    embeddings = torch.cat(parts).requires_grad_(True)
+    embeddings = torch.cat(parts).float().requires_grad_(True)
     value = global_batch_loss(loss_fn, embeddings, labels)
     value.backward()
     gradient = embeddings.grad
@@ -67,7 +72,9 @@ def two_pass_backward(model: torch.nn.Module, images: torch.Tensor, labels: torc
         last = i == len(chunks) - 1
         context = model.no_sync() if hasattr(model, "no_sync") and not last else torch.enable_grad()
         with context:
-            model(images[chunk]).backward(gradient[chunk])
+            with autocast():
+                output = model(images[chunk])
+            output.float().backward(gradient[chunk])
     torch.set_rng_state(rng_after_loss[0])
     if rng_after_loss[1] is not None:
         torch.cuda.set_rng_state_all(rng_after_loss[1])
