@@ -13,6 +13,11 @@ Sections (each one runs even when an earlier one failed; a failure is reported, 
   memory full) on the path the device runs, counted twice: operations that read device data
   (``rambo.core.host_syncs``) and, on a GPU, ``torch.cuda.set_sync_debug_mode`` warnings; and
   forward+backward eager vs ``torch.compile(fullgraph=True)`` (inductor; aot_eager at toy sizes);
+* ``cuda_graphs``: the detection RoI loss with its memory full (4,096 RoIs x 21, memory 7) and
+  one retrieval step of the paper profile (model forward, the batch-memory recall loss, backward;
+  the optimizer stays outside the graph) captured as CUDA graphs (``torch.cuda.graph``) and
+  replayed: replay vs eager time, and the replayed loss (and, for the loss alone, gradient) equal
+  to an eager twin's; skipped without CUDA;
 * ``ranks_identical``: ranks, AP-loss and recall-loss gradients on the device bit-identical to the
   CPU on the same input, ties (and -0.0 / +0.0) included, one row and several rows;
 * ``retrieval_step``: training steps of the paper profile (ResNet-50, 224 px, batch 128, RaMBO
@@ -51,7 +56,7 @@ import torch
 from rambo.core.benchmark import LAM, MARGIN, PAPER_TABLE_6, RELEVANT_FRACTION, median_ms, synchronize
 
 REPO = Path(__file__).resolve().parents[1]
-SECTIONS = ("core_tests", "rank_losses", "sync_free", "ranks_identical", "retrieval_step", "recall_k_step",
+SECTIONS = ("core_tests", "rank_losses", "sync_free", "cuda_graphs", "ranks_identical", "retrieval_step", "recall_k_step",
             "recall_at_k_eval", "detection_step")  # fmt: skip
 # Paper Table 6, Tesla V100, AP loss forward+backward (ms); Sec. 5.2: "< 5 ms" at 320k elements.
 # The losses' settings (margin, lambda, 1 relevant in 100) are make bench's.
@@ -216,6 +221,103 @@ def sync_free(device: torch.device, sizes: Sizes) -> dict:
     return {"rows": rows, "ok": all(r["compiled_gradient_equal"] for r in rows)}
 
 
+def _graph_and_twin(step, modules, warm_up_batches, static_input):
+    """Warm ``step`` up on a side stream (``torch.cuda.graphs``' rule) until the score memory is full,
+    copy ``modules`` (the eager twin, memory included), capture one call as a CUDA graph."""
+    import copy
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for batch in warm_up_batches:
+            with torch.no_grad():
+                static_input.copy_(batch)
+            step(modules)
+    torch.cuda.current_stream().wait_stream(stream)
+    twin = copy.deepcopy(modules)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_output = step(modules)
+    return graph, static_output, twin
+
+
+def _graph_rows(name, step, modules, batches, static_input, tau, gradient_of, device, repeats, tolerance):
+    """Capture after ``tau + 1`` warm-up calls, then replay the remaining batches beside the twin."""
+    graph, static_output, twin = _graph_and_twin(step, modules, batches[: tau + 1], static_input)
+    values_equal, gradients_equal = [], []
+    for batch in batches[tau + 1:]:
+        with torch.no_grad():
+            static_input.copy_(batch)
+        graph.replay()
+        expected = step(twin, batch)
+        values_equal.append(bool(torch.allclose(static_output, expected, rtol=tolerance, atol=0.0)))
+        if gradient_of is not None:
+            gradients_equal.append(torch.equal(gradient_of(modules), gradient_of(twin)))
+    graph_ms = median_ms(graph.replay, device, repeats)
+    eager_ms = median_ms(lambda: step(twin, batches[-1]), device, repeats)
+    return {"case": name, "eager_ms": eager_ms, "graph_ms": graph_ms, "replays_compared": len(values_equal),
+            "loss_equal": all(values_equal), "loss_tolerance": tolerance,
+            "gradient_equal": all(gradients_equal) if gradient_of is not None else None}  # fmt: skip
+
+
+def cuda_graphs(device: torch.device, sizes: Sizes) -> dict:
+    """Issue 23 item 4: the detection loss with its memory, and one retrieval step, as CUDA graphs."""
+    if device.type != "cuda":
+        return {"skipped": "CUDA graphs need a CUDA device", "rows": [], "ok": True}
+    from hydra.utils import instantiate
+
+    from rambo.detection.rank_classifier_loss import RankClassifierLoss
+    from rambo.retrieval.model import build_model
+
+    rows = []
+    # The detection RoI loss: [4096, 21] logits, memory 7; exact, so the replay must give the same bits.
+    rois, tau = (256 if sizes.toy else 4_096), 7
+    generator = torch.Generator().manual_seed(0)
+    logits = [torch.randn(rois, 21, generator=generator).to(device) for _ in range(tau + 4)]
+    labels = (torch.randint(0, 21, (rois,), generator=generator) * (torch.rand(rois, generator=generator) < 0.25)).to(device)
+    static_logits = torch.zeros(rois, 21, device=device, requires_grad=True)
+
+    def loss_step(modules, batch=None):
+        leaf = static_logits if batch is None else batch.clone().requires_grad_(True)
+        if batch is None:
+            leaf.grad = None
+        value = modules["loss"](leaf, labels)
+        value.backward()
+        modules["grad"] = leaf.grad
+        return value.detach()
+
+    rows.append(_graph_rows(f"detection RoI loss, {rois} x 21, memory {tau}", loss_step,
+                            {"loss": RankClassifierLoss(20, 0, tau=tau).to(device)}, logits, static_logits, tau,
+                            lambda modules: modules["grad"], device, sizes.repeats, 0.0))  # fmt: skip
+    # One retrieval step of the paper profile (ResNet-50, the batch-memory recall loss).
+    s = sizes.retrieval
+    cfg = compose("retrieval", ["experiment=sop_log", "profile=paper", "model.pretrained=false",
+                                f"image_size={s['image_size']}", f"batch_size={s['batch']}"])  # fmt: skip
+    torch.manual_seed(0)
+    memory_tau = int(cfg.loss.module.get("tau", 0))
+    images = [torch.randn(s["batch"], 3, s["image_size"], s["image_size"], generator=generator).to(device)
+              for _ in range(memory_tau + 4)]  # fmt: skip
+    per_class = int(cfg.data.sampler.samples_per_class)
+    targets = torch.arange(s["batch"], device=device) // per_class
+    static_images = torch.zeros_like(images[0])
+
+    def retrieval_step_once(modules, batch=None):
+        modules["model"].zero_grad(set_to_none=batch is not None)
+        value = modules["loss"](modules["model"](static_images if batch is None else batch), targets)
+        value.backward()
+        return value.detach()
+
+    modules = {"model": build_model(cfg.model).to(device), "loss": instantiate(cfg.loss.module).to(device)}
+    # cuDNN may pick different kernels for the twin: the loss agrees to a tolerance, not bit for bit
+    rows.append(_graph_rows(f"retrieval step (`experiment=sop_log profile=paper`, batch {s['batch']}, {s['image_size']} px)",
+                            retrieval_step_once, modules, images, static_images, memory_tau, None, device,
+                            sizes.repeats, 1e-3))  # fmt: skip
+    for row in rows:
+        print(f"  {row['case']}: eager {row['eager_ms']:.2f} ms, graph {row['graph_ms']:.2f} ms, "
+              f"loss equal {row['loss_equal']}, gradient equal {row['gradient_equal']}", flush=True)  # fmt: skip
+    return {"rows": rows, "ok": all(r["loss_equal"] and r["gradient_equal"] is not False for r in rows)}
+
+
 def _tied_scores(shape, seed: int) -> torch.Tensor:
     """Scores with many exact ties, and both zeros (which tie)."""
     generator = torch.Generator().manual_seed(seed)
@@ -295,6 +397,7 @@ def _retrieval_steps(device: torch.device, overrides: list[str], batch: int, ima
     """``steps`` timed training steps (after one warm-up) of the retrieval engine on random images."""
     from hydra.utils import instantiate
 
+    from rambo.harness.precision import autocast, to_channels_last
     from rambo.retrieval.engine import train_one_epoch
     from rambo.retrieval.model import build_model
     from rambo.retrieval.train import build_optimizer
@@ -302,6 +405,9 @@ def _retrieval_steps(device: torch.device, overrides: list[str], batch: int, ima
     cfg = compose("retrieval", [*overrides, "model.pretrained=false", f"image_size={image_size}", f"batch_size={batch}"])
     torch.manual_seed(0)
     model = build_model(cfg.model).to(device)
+    if cfg.channels_last:
+        model = to_channels_last(model)
+    options = {"autocast": autocast(cfg.precision, device), "channels_last": bool(cfg.channels_last)}
     optimizer = build_optimizer(cfg, model)
     loss_fn = instantiate(cfg.loss.module).to(device)
     per_class = int(cfg.data.sampler.samples_per_class)
@@ -309,11 +415,11 @@ def _retrieval_steps(device: torch.device, overrides: list[str], batch: int, ima
     labels = torch.arange(batch, device=device) // per_class
     batches = [(images, labels, None)]
     chunk = chunk if chunk is not None else cfg.get("two_pass_chunk_size")
-    train_one_epoch(model, batches, loss_fn, optimizer, device, chunk)  # warm-up (cuDNN autotune, memory)
+    train_one_epoch(model, batches, loss_fn, optimizer, device, chunk, **options)  # warm-up (cuDNN autotune, memory)
     reset_peak(device)
     synchronize(device)
     started = time.perf_counter()
-    train_one_epoch(model, batches * steps, loss_fn, optimizer, device, chunk)
+    train_one_epoch(model, batches * steps, loss_fn, optimizer, device, chunk, **options)
     synchronize(device)
     seconds = time.perf_counter() - started
     return {"overrides": overrides, "backbone": cfg.model.backbone, "loss": cfg.loss.name, "batch": batch,
@@ -322,8 +428,13 @@ def _retrieval_steps(device: torch.device, overrides: list[str], batch: int, ima
 
 
 def retrieval_step(device: torch.device, sizes: Sizes) -> dict:
+    """The paper profile's step, and the same step with bfloat16 autocast and channels-last (issue 23
+    item 5: options of the apps, off in the paper profile)."""
     s = sizes.retrieval
-    return _retrieval_steps(device, ["experiment=sop_log", "profile=paper"], s["batch"], s["image_size"], s["steps"], None)
+    paper = ["experiment=sop_log", "profile=paper"]
+    runs = [_retrieval_steps(device, overrides, s["batch"], s["image_size"], s["steps"], None)
+            for overrides in (paper, [*paper, "precision=bfloat16", "channels_last=true"])]  # fmt: skip
+    return {**runs[0], "runs": runs, "bf16_speed_up": runs[0]["seconds_per_step"] / runs[1]["seconds_per_step"]}
 
 
 def recall_k_step(device: torch.device, sizes: Sizes) -> dict:
@@ -464,6 +575,29 @@ def _table(title: str, header: list[str], align: str, rows: list[list]) -> list[
             *["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows], ""]  # fmt: skip
 
 
+def targets(report: dict) -> list[list]:
+    """Issue 23's targets beside what this report measured: ``[target, measured, met]`` rows (a
+    target whose section did not run, or failed, is measured as ``-``)."""
+    status = report["sections"]
+    rows = []
+    free = status.get("sync_free", {}).get("rows", [])
+    if free:
+        syncs = max(r["cuda_reported"] if r["cuda_reported"] is not None else r["dispatched"] for r in free)
+        rows.append(["0 host syncs per loss call", f"at most {syncs}", syncs == 0])
+    by_n = {r["n"]: r for r in status.get("rank_losses", {}).get("rows", []) if not r["detection_sequence"]}
+    for n, limit in ((10**5, 0.3), (10**6, 1.0)):
+        if n in by_n:
+            rows.append([f"AP loss fwd+bwd <= {limit} ms at {n:.0e}", _ms(by_n[n]["ap_ms"]), by_n[n]["ap_ms"] <= limit])
+    if 10**8 in by_n and by_n[10**8]["peak_gib"] is not None:
+        rows.append(["peak memory <= 4.6 GiB at 1e8", _gib(by_n[10**8]["peak_gib"]), by_n[10**8]["peak_gib"] <= 4.6])
+    detection = status.get("detection_step", {})
+    if detection.get("runs"):
+        rows.append(["detection RoI loss <= 1 ms", _ms(detection["classifier_loss"]["ms"]), detection["classifier_loss"]["ms"] <= 1.0])
+        rambo, ce = (r["seconds_per_step"] for r in detection["runs"])
+        rows.append(["RaMBO detection step within 5% of CE", f"{rambo / ce:.3f} x CE", rambo <= 1.05 * ce])
+    return rows
+
+
 def markdown(report: dict) -> str:
     meta = report["meta"]
     lines = [f"# GPU check ({'toy sizes' if meta['toy'] else 'full sizes'}) on {meta['device_name']}", ""]
@@ -476,6 +610,9 @@ def markdown(report: dict) -> str:
     lines += [f"| {name} | {'ok' if value.get('ok') else 'FAILED: ' + value.get('error', 'see JSON').splitlines()[-1][:120]} |"
               for name, value in status.items()]  # fmt: skip
     lines.append("")
+    met = targets(report)
+    if met:
+        lines += _table("Issue 23's targets", ["target", "measured", "met"], "lrl", met)
     if "core_tests" in status and "summary" in status["core_tests"]:
         tests = status["core_tests"]
         lines += [f"Core test suite on `{tests['device']}`: {tests['summary']}", ""]
@@ -498,6 +635,13 @@ def markdown(report: dict) -> str:
         lines += _table("Host syncs per loss call and torch.compile (forward + backward)",
                         ["loss", "path", "syncs (dispatched)", "syncs (CUDA reported)", "eager", "compiled", "backend",
                          "compiled gradient equal"], "llrrrrll", rows)  # fmt: skip
+    graphs = status.get("cuda_graphs", {})
+    if graphs.get("rows"):
+        rows = [[r["case"], _ms(r["eager_ms"]), _ms(r["graph_ms"]), f"{r['eager_ms'] / r['graph_ms']:.2f}", r["replays_compared"],
+                 r["loss_equal"], "-" if r["gradient_equal"] is None else r["gradient_equal"]] for r in graphs["rows"]]  # fmt: skip
+        lines += _table("CUDA graphs (captured once the score memory is full, then replayed)",
+                        ["case", "eager", "graph replay", "speed-up", "replays compared", "loss equal", "gradient equal"],
+                        "lrrrrll", rows)  # fmt: skip
     same = status.get("ranks_identical", {})
     if same.get("cases"):
         rows = [[c["case"], c["shape"], c["ties"], c["ranks_equal"], c["ap_gradient_equal"], c["recall_gradient_equal"]]
@@ -505,7 +649,8 @@ def markdown(report: dict) -> str:
         lines += _table(f"Ranks and gradients, {same['compared']}, tied input",
                         ["case", "shape", "tied items", "ranks equal", "AP gradient equal", "recall gradient equal"],
                         "llrlll", rows)  # fmt: skip
-    steps = [status[name] for name in ("retrieval_step", "recall_k_step") if status.get(name, {}).get("ok")]
+    steps = [run for name in ("retrieval_step", "recall_k_step") if status.get(name, {}).get("ok")
+             for run in status[name].get("runs", [status[name]])]  # fmt: skip
     if steps:
         rows = [[f"`{' '.join(s['overrides'])}`", s["backbone"], s["batch"], f"{s['image_size']} px", s["two_pass_chunk_size"] or "-",
                  f"{s['seconds_per_step']:.3f}", f"{s['images_per_second']:.0f}", _gib(s["peak_gib"])] for s in steps]  # fmt: skip
