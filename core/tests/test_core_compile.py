@@ -156,8 +156,9 @@ def test_each_loss_is_one_graph_and_its_compiled_gradient_is_eagers_bit_for_bit(
 
 @pytest.mark.parametrize("backend", ["aot_eager", INDUCTOR])
 def test_the_embedding_memory_compiles_as_one_graph_per_memory_size(backend):
-    """The memory's deque is traced as a side effect; the loss on its scores is exact, the cosine
-    scores are inductor's normalise and matmul (the last bit may differ from eager's)."""
+    """The memory (rebuilt at every batch while compiling) is traced as a side effect; the loss on
+    its scores is exact, the cosine scores are inductor's normalise and matmul (the last bit may
+    differ from eager's)."""
     steps = [(torch.randn(16, 8, device="cpu"), torch.randint(0, 4, (16,), device="cpu")) for _ in range(5)]
     explained = torch._dynamo.explain(EmbeddingMemory(RecallLoss(0.02, 4.0), 3))(steps[0][0].requires_grad_(True), steps[0][1])
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
