@@ -21,7 +21,7 @@ def test_each_dataset_is_prepared_where_the_runs_read_it(tmp_path, capsys):
         seen.append((name, data.root, data.size, source))
         return data.root
 
-    assert data_stage.main("prog", "d", configs, ("a", "b"), prepare_one,
+    assert data_stage.DataStage("prog", "d", configs, ("a", "b"), prepare_one).main(
                            ["--data-dir", "/d", "--data", "a", "b", "--no-verify", "--mirror", "/m", "--archives", "/k",
                             "--", "data.size=5"]) == 0  # fmt: skip
     # --no-verify no longer turns pinned checksums off (issue 21): it is ignored, and says so.
@@ -37,6 +37,6 @@ def test_a_failed_download_is_one_clean_error_line(tmp_path, capsys):
     def offline(name, data, source):
         raise DownloadError("could not download x\nFetch it by hand ...")
 
-    assert data_stage.main("prog", "d", configs, ("a",), offline, ["--data-dir", "/d", "--data", "a"]) == 1
+    assert data_stage.DataStage("prog", "d", configs, ("a",), offline).main(["--data-dir", "/d", "--data", "a"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: could not download x") and "Traceback" not in err

@@ -34,13 +34,8 @@ def prepare_one(name: str, data, source: data_stage.Source = data_stage.Source()
     return Path(data.root)
 
 
-def prepare(data_dir: str | Path, datasets, overrides=(), source: data_stage.Source = data_stage.Source()) -> list[Path]:
-    """Generate or download each of ``datasets`` under ``data_dir``; returns their roots."""
-    return data_stage.prepare(CONFIG_DIR, DATASETS, prepare_one, data_dir, datasets, overrides, source)
-
-
-def main(argv=None) -> int:
-    return data_stage.main("python -m rambo.detection.prepare", __doc__.split("\n")[0], CONFIG_DIR, DATASETS, prepare_one, argv)
+STAGE = data_stage.DataStage("python -m rambo.detection.prepare", __doc__.split("\n")[0], CONFIG_DIR, DATASETS, prepare_one)
+prepare, main = STAGE.prepare, STAGE.main  # prepare(data_dir, datasets, overrides=(), source=Source()); main(argv=None)
 
 
 if __name__ == "__main__":
