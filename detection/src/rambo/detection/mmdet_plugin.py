@@ -13,6 +13,16 @@ how to score detections (``custom_cls_channels`` / ``get_activation``, the hook 
 losses such as Seesaw): the sigmoid of the object logits, which keeps their order, with the unused
 background column set to 0. A rank loss fixes the order of scores, not their level: set
 ``test_cfg.rcnn.score_thr=0.0``.
+
+Several GPUs (mmdet's ``dist_train.sh``): mmdet's ``MMDistributedDataParallel`` is torch's DDP, which
+averages the parameter gradients, and each process's bbox head sees only its own images' RoIs. With
+``global_batch=True`` (the default) the loss ranks the RoIs of every process and scales the local
+gradient by the world size (:mod:`rambo.detection.distributed`), so it is the one-GPU loss of the
+whole batch; ``global_batch=False`` ranks each process's RoIs (mmdet's usual per-GPU loss). The
+gather is a collective: every process must call ``loss_cls`` at every step. mmdet's ``BBoxHead.loss``
+calls it only when ``cls_score.numel() > 0``; its R-CNN sampler adds the ground-truth boxes as RoIs
+(``add_gt_as_proposals``), so a process has RoIs whenever its images have objects. Not run here:
+mmdetection needs its own environment (``environments/mmdet/``, ``make test-mmdet``, one process).
 """
 
 from __future__ import annotations
@@ -34,10 +44,11 @@ class RaMBOClassifierLoss(torch.nn.Module):
     """
 
     def __init__(self, num_classes: int, margin: float = 0.15, lam: float = 0.5, tau: int = 7,
-                 interclass_coef: float = 1.0 / 3.0, loss_weight: float = 1.0):
+                 interclass_coef: float = 1.0 / 3.0, loss_weight: float = 1.0, global_batch: bool = True):
         super().__init__()
         self.loss = RankClassifierLoss(num_classes, background_label=num_classes, margin=margin, lam=lam, tau=tau,
-                                       interclass_coef=interclass_coef, loss_weight=loss_weight)
+                                       interclass_coef=interclass_coef, loss_weight=loss_weight,
+                                       global_batch=global_batch)
 
     custom_cls_channels = True  # mmdet then asks get_cls_channels and scores with get_activation
     custom_activation = False  # mmdet's usual accuracy is kept

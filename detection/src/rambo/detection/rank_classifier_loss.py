@@ -19,6 +19,11 @@ Why logits and not softmax probabilities: ranking the softmax outputs gave (meas
 synthetic set, 60 iterations) a classifier gradient norm of 0.000-0.005 against 0.01-0.13 on
 logits, and no learning at all (mAP 0.003 vs 0.106): the blackbox gradient is a rank difference
 divided by lambda, and the softmax Jacobian (about p = 1 / (C + 1)) shrinks it further.
+
+Several processes (DDP): with ``global_batch=True`` (the default, the paper's loss) every process
+ranks the global batch, the RoIs of all processes' images, and its memory holds global batches
+(:mod:`rambo.detection.distributed`); ``global_batch=False`` ranks each process's own RoIs with its
+own memory (cheaper, not the paper's loss). One process: the two are the same.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from __future__ import annotations
 import torch
 from rambo.core import APCLoss, MAPLoss, ScoreMemory, scale_gradient
 from rambo.core.loss_path import assert_on_device, host_checks, use_dense
+
+from .distributed import global_batch
 
 
 def labels_to_relevance(labels: torch.Tensor, num_classes: int, background_label: int) -> torch.Tensor:
@@ -65,10 +72,13 @@ class RankClassifierLoss(torch.nn.Module):
         margin, lam, tau: alpha, lambda and the score memory length (paper 5.2: 0.15, 0.5, 7).
         interclass_coef: c, the weight of L_AP-C (1/3: the paper's 2 : 1 ratio, the authors' code).
         loss_weight: a pure gradient scale (1 in the paper); the loss value and lambda are unchanged.
+        global_batch: under DDP, rank the RoIs of every process (True, the paper's loss: one GPU ranks
+            the whole batch) or only this process's (False); no effect in a single process.
     """
 
     def __init__(self, num_classes: int, background_label: int = 0, margin: float = 0.15, lam: float = 0.5,
-                 tau: int = 7, interclass_coef: float = 1.0 / 3.0, loss_weight: float = 1.0):  # fmt: skip
+                 tau: int = 7, interclass_coef: float = 1.0 / 3.0, loss_weight: float = 1.0,
+                 global_batch: bool = True):  # fmt: skip
         super().__init__()
         if background_label not in (0, num_classes):
             raise ValueError(f"background_label must be 0 or num_classes={num_classes}, got {background_label}")
@@ -80,6 +90,9 @@ class RankClassifierLoss(torch.nn.Module):
         self.background_label = int(background_label)
         self.interclass_coef = float(interclass_coef)
         self.loss_weight = float(loss_weight)
+        if not isinstance(global_batch, bool):
+            raise ValueError(f"global_batch must be true or false, got {global_batch!r}")
+        self.global_batch = global_batch
         self.map_memory = ScoreMemory(MAPLoss(margin=margin, lam=lam), tau)  # L_mAP over the batch and memory
         self.apc_loss = APCLoss(margin=margin, lam=lam)  # L_AP-C over the current batch
 
@@ -92,6 +105,9 @@ class RankClassifierLoss(torch.nn.Module):
         return class_logits[:, : self.num_classes]
 
     def forward(self, class_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        self.object_scores(class_logits)  # this process's shape checked before any collective
+        if self.global_batch:  # under DDP: the global batch, the local gradient x world size (no-op alone)
+            class_logits, labels = global_batch(class_logits, labels)
         relevant = labels_to_relevance(labels, self.num_classes, self.background_label)
         scores = scale_gradient(self.object_scores(class_logits), self.loss_weight)
         c = self.interclass_coef
