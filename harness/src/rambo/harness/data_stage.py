@@ -6,6 +6,12 @@ Hydra overrides the runs get (given after ``--``), so the data stage and the run
 ``data.root``. What to do with a dataset (generate it, or download and extract it) is the app's
 ``prepare_one(name, data_config, source)``; :class:`DataStage` gives each app its ``prepare`` and
 ``main`` around it, and :class:`Source` says where archives come from and where they are kept.
+
+Before any dataset, the stage checks the pretrained weights its rows load (``--rows`` or
+``--rows-from params.yaml``): each row is composed as the runs compose it, and every file of a row
+with ``model.pretrained`` set is found (``model.weights_path``, else the torch hub cache) and its
+SHA-256 checked (:mod:`rambo.harness.weights`), so a pipeline's (or a cluster's) training jobs
+never start without their weights. Rows that load none (the mini and tiny profiles) make it a no-op.
 """
 
 from __future__ import annotations
@@ -17,9 +23,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from .download import DownloadError
 from .extract import ArchiveError
+from .pretrained import weights_location
+from .weights import WeightsError, WeightsFile, check_weights, read_sha256sums
 
 
 class PrepareError(RuntimeError):
@@ -48,6 +57,22 @@ def compose_data(config_dir: str | Path, name: str, data_dir: str | Path, overri
     return cfg.data
 
 
+def compose_rows(config_dir: str | Path, rows: Sequence[str], overrides: Sequence[str] = ()) -> dict:
+    """``{row: its model node}``: the app's ``train`` config with ``experiment=<row>`` and ``overrides``."""
+    with initialize_config_dir(str(config_dir), version_base="1.3"):
+        return {row: compose("train", overrides=[f"experiment={row}", *overrides, "output_dir=unused"]).model for row in rows}
+
+
+def rows_of_params(path: str | Path, task: str) -> list[str]:
+    """Every row a pipeline's params file runs for ``task``: its ``experiments``, ``ablations`` and
+    ``warm_start.experiments`` (the keys dvc.yaml's stages of that task are made from)."""
+    node = OmegaConf.to_container(OmegaConf.load(path)).get(task)
+    if not isinstance(node, dict) or "experiments" not in node:
+        raise PrepareError(f"{path} has no {task}.experiments: not a pipeline params file (ablations/profiles/*.yaml)")
+    warm_starts = (node.get("warm_start") or {}).get("experiments") or []
+    return list(dict.fromkeys([*node["experiments"], *(node.get("ablations") or []), *warm_starts]))
+
+
 @dataclass(frozen=True)
 class DataStage:
     """One app's data stage: its ``prepare`` (a function) and ``main`` (its command line).
@@ -63,6 +88,8 @@ class DataStage:
     config_dir: str | Path
     choices: Sequence[str]
     prepare_one: Callable
+    task: str | None = None  # the app's key in a pipeline params file (``--rows-from``)
+    weights_url: Callable[[str], str] | None = None  # backbone -> the official URL of its ImageNet weights
 
     def prepare(self, data_dir: str | Path, names: Sequence[str], overrides: Sequence[str] = (),
                 source: Source = Source()) -> list[Path]:  # fmt: skip
@@ -73,9 +100,39 @@ class DataStage:
             raise ValueError(f"unknown datasets {unknown}; choose from {tuple(self.choices)}")
         return [Path(self.prepare_one(name, compose_data(self.config_dir, name, data_dir, overrides), source)) for name in names]
 
+    def weights_files(self, rows: Sequence[str], overrides: Sequence[str] = ()) -> list[WeightsFile]:
+        """The weights files ``rows`` (composed with ``overrides``) load: one per backbone and path,
+        naming the rows that need it; none for rows with ``model.pretrained`` false."""
+        needed: dict[tuple[str, Path], tuple[str, list[str]]] = {}
+        for row, model in compose_rows(self.config_dir, rows, overrides).items():
+            if not model.get("pretrained"):
+                continue
+            if self.weights_url is None:
+                raise WeightsError(f"row {row} sets model.pretrained but {self.prog} knows no pretrained weights")
+            try:
+                url = self.weights_url(model.backbone)
+            except ValueError as error:
+                raise WeightsError(f"row {row}: {error}") from None
+            key = (model.backbone, weights_location(url, model.get("weights_path")))
+            needed.setdefault(key, (url, []))[1].append(row)
+        return [WeightsFile(backbone, url, path, tuple(names)) for (backbone, path), (url, names) in needed.items()]
+
+    def check_weights(self, rows: Sequence[str], overrides: Sequence[str] = (),
+                      sums: str | Path | None = None) -> list[Path]:  # fmt: skip
+        """Check the weights ``rows`` load (:meth:`weights_files`, :func:`rambo.harness.weights.check_weights`);
+        ``sums``: a ``SHA256SUMS`` file whose hashes replace those of the files it lists."""
+        files = self.weights_files(rows, overrides)
+        if not files:
+            print(f"weights: none needed (model.pretrained is false in all {len(rows)} rows)", file=sys.stderr)
+            return []
+        table = read_sha256sums(sums) if sums is not None else None
+        return check_weights(files, table, str(sums) if sums is not None else "")
+
     def main(self, argv: Sequence[str] | None = None) -> int:
-        """``prog --data-dir DIR --data NAME... [--mirror M] [--archives DIR] [-- OVERRIDES]``: prints each
-        folder; a download or archive that fails prints ``error: ...`` with the manual steps and returns 1."""
+        """``prog --data-dir DIR --data NAME... [--mirror M] [--archives DIR] [--rows ROW... | --rows-from PARAMS]
+        [--weights-sums FILE] [--weights-overrides OVERRIDE...] [-- OVERRIDES]``: checks the rows' weights,
+        then prints each folder; missing or wrong weights, or a download or archive that fails, print
+        ``error: ...`` with the manual steps and return 1."""
         parser = argparse.ArgumentParser(prog=self.prog, description=self.description)
         parser.add_argument("--data-dir", required=True, help="the runs' data_dir")
         parser.add_argument("--data", nargs="+", required=True, choices=self.choices, help="datasets (the runs' data=...)")
@@ -85,15 +142,31 @@ class DataStage:
                             "(checksums from its MD5SUMS where it lists them), used instead of the official URLs")
         parser.add_argument("--archives", type=Path, help="keep downloaded archives in this folder (default: each "
                             "dataset's folder)")
+        parser.add_argument("--rows", nargs="+", default=[], help="experiments whose pretrained weights are "
+                            "checked (composed with the runs' overrides) before any dataset")
+        parser.add_argument("--rows-from", type=Path, help="a pipeline params file (params.yaml): check the weights of "
+                            f"every row it runs ({self.task}.experiments, .ablations, .warm_start.experiments)")
+        parser.add_argument("--weights-sums", type=Path, help="a SHA256SUMS file whose hashes replace the official ones "
+                            "of the weights files it lists (stand-in weights)")
+        parser.add_argument("--weights-overrides", nargs="+", help="compose the rows of the weights check with these "
+                            "Hydra overrides instead of the runs' (paper-smoke: profile=paper)")
         parser.add_argument("overrides", nargs="*", help="Hydra overrides of the runs, after --")
         args = parser.parse_args(argv)
         try:
+            rows = list(args.rows)
+            if args.rows_from is not None:
+                if self.task is None:
+                    raise PrepareError(f"{self.prog} has no task name to read rows from {args.rows_from}")
+                rows += [row for row in rows_of_params(args.rows_from, self.task) if row not in rows]
+            if rows:
+                overrides = args.overrides if args.weights_overrides is None else args.weights_overrides
+                self.check_weights(rows, overrides, args.weights_sums)
             if args.no_verify:
                 print("warning: --no-verify is ignored: pinned checksums are always checked, and files without "
                       "one (In-shop) are used with a warning", file=sys.stderr)
             source = Source(verify=True, mirror=args.mirror, archive_dir=args.archives)
             folders = self.prepare(args.data_dir, args.data, args.overrides, source)
-        except (DownloadError, ArchiveError, PrepareError) as error:
+        except (DownloadError, ArchiveError, PrepareError, WeightsError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
         for folder in folders:
