@@ -1,8 +1,12 @@
-import pytest
+from pathlib import Path
 
-from rambo.harness.data_stage import Source
+import pytest
+import yaml
+
+from rambo.harness.data_stage import Source, rows_of_params
 from rambo.retrieval import datasets
-from rambo.retrieval.prepare import main, prepare
+from rambo.retrieval.model import weights_url
+from rambo.retrieval.prepare import STAGE, main, prepare
 
 
 def test_prepare_generates_the_synthetic_set_where_the_runs_read_it(tmp_path, capsys):
@@ -47,3 +51,34 @@ def test_a_dataset_folder_extracted_in_place_is_found_by_prepare_as_by_the_loade
     assert main(["--data-dir", str(tmp_path), "--data", "sop", "--", "profile=paper"]) == 0
     captured = capsys.readouterr()
     assert captured.out.split() == [str(root)] and f"found {root / 'Ebay_test.txt'}" in captured.err
+
+
+PROFILES = Path(__file__).resolve().parents[2] / "ablations" / "profiles"
+
+
+def test_the_paper_rows_load_torchvisions_imagenet1k_v1_resnet50():
+    """The file whose SHA-256 starts with the digits in its name (torch.hub's check)."""
+    assert weights_url("resnet50") == "https://download.pytorch.org/models/resnet50-0676ba61.pth"
+    with pytest.raises(ValueError, match="no ImageNet weights for backbone 'small_convnet'"):
+        weights_url("small_convnet")
+
+
+def test_the_data_stage_names_the_missing_resnet50_of_the_paper_rows(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    argv = ["--data-dir", str(tmp_path / "data"), "--rows-from", str(PROFILES / "paper.yaml"), "--data", "sop"]
+    assert main([*argv, "--", "profile=paper"]) == 1
+    err = capsys.readouterr().err
+    cached = tmp_path / "torch" / "hub" / "checkpoints" / "resnet50-0676ba61.pth"
+    assert err.startswith("error: 1 pretrained weights file(s) missing")
+    assert f"resnet50 (rows sop_log, sop_loglog, sop_recallk_simix and 12 more): {cached} is missing" in err
+    assert f"wget -O {cached} https://download.pytorch.org/models/resnet50-0676ba61.pth" in err
+    assert not (tmp_path / "data").exists()  # stopped before any dataset
+
+
+@pytest.mark.parametrize("profile", ["mini", "tiny"])
+def test_the_small_profiles_need_no_weights(tmp_path, capsys, monkeypatch, profile):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "empty"))
+    params = yaml.safe_load((PROFILES / f"{profile}.yaml").read_text())
+    rows = rows_of_params(PROFILES / f"{profile}.yaml", "retrieval")
+    assert STAGE.weights_files(rows, params["retrieval"]["overrides"].split()) == []
+    assert len(rows) == len(params["retrieval"]["experiments"]) + len(params["retrieval"]["ablations"])

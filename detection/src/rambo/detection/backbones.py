@@ -44,6 +44,8 @@ def build_resnet(name: str, norm_layer=nn.BatchNorm2d) -> resnet.ResNet:
 
 
 def weights_url(name: str) -> str:
+    """The official URL of backbone ``name``'s ImageNet weights (torchvision's IMAGENET1K_V1 files,
+    open-mmlab's ResNeXt-101 32x4d), each file name carrying the first digits of its SHA-256."""
     if name == "resnext101_32x4d":
         return OPEN_MMLAB_RESNEXT101_32X4D
     if name in TORCHVISION_WEIGHTS:

@@ -7,7 +7,9 @@
 A dataset with ``data.generate`` (synthetic, tiny) is generated; VOC (2007 trainval and test, plus
 2012 trainval for voc0712) is found already extracted under ``data.root``, or downloaded with
 pinned checksums (or from ``--mirror``) and extracted, printing the manual steps when that fails;
-``--archives DIR`` keeps the tars there.
+``--archives DIR`` keeps the tars there. ``--rows-from params.yaml`` (or ``--rows EXPERIMENT...``)
+first checks the ImageNet weights those rows load (ResNet-50/101, ResNeXt-101 32x4d:
+``rambo.harness.weights``); the pipeline passes it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from rambo.harness import data_stage
 
+from .backbones import weights_url
 from .download import fetch
 from .synthetic import generate
 
@@ -34,7 +37,8 @@ def prepare_one(name: str, data, source: data_stage.Source = data_stage.Source()
     return Path(data.root)
 
 
-STAGE = data_stage.DataStage("python -m rambo.detection.prepare", __doc__.split("\n")[0], CONFIG_DIR, DATASETS, prepare_one)
+STAGE = data_stage.DataStage("python -m rambo.detection.prepare", __doc__.split("\n")[0], CONFIG_DIR, DATASETS, prepare_one,
+                             task="detection", weights_url=weights_url)
 prepare, main = STAGE.prepare, STAGE.main  # prepare(data_dir, datasets, overrides=(), source=Source()); main(argv=None)
 
 

@@ -24,12 +24,18 @@ _IMAGENET_WEIGHTS = {
 BACKBONES = ("resnet50", "resnet18", "small_convnet")
 
 
+def weights_url(backbone: str) -> str:
+    """The official URL of ``backbone``'s ImageNet weights (torchvision's IMAGENET1K_V1 file, whose name
+    carries the first digits of its SHA-256); ``ValueError`` for a backbone that has none."""
+    if backbone not in _IMAGENET_WEIGHTS:
+        raise ValueError(f"no ImageNet weights for backbone {backbone!r}; set model.pretrained=false")
+    return _IMAGENET_WEIGHTS[backbone].url
+
+
 def load_imagenet_state_dict(backbone: str, weights_path: str | Path | None = None) -> dict:
     """ImageNet weights of ``backbone`` from ``weights_path`` or else the torchvision cache
     (:func:`rambo.harness.pretrained.find_weights`: never downloaded at run time)."""
-    if backbone not in _IMAGENET_WEIGHTS:
-        raise ValueError(f"no ImageNet weights for backbone {backbone!r}; set model.pretrained=false")
-    path = find_weights(backbone, _IMAGENET_WEIGHTS[backbone].url, weights_path)
+    path = find_weights(backbone, weights_url(backbone), weights_path)
     return torch.load(path, map_location="cpu", weights_only=True)
 
 

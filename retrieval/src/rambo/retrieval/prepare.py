@@ -9,6 +9,8 @@ profile) is generated; the others are downloaded with their pinned checksums, or
 extracted under ``data.root`` (In-shop's files have no published checksum: they are used with a
 warning). ``--mirror DIR_OR_URL`` takes the archives from a local copy instead of the
 official URLs; ``--archives DIR`` keeps downloaded archives there (the pipeline: ``data/archives``).
+``--rows-from params.yaml`` (or ``--rows EXPERIMENT...``) first checks the ImageNet weights those
+rows load (torchvision's ResNet-50: ``rambo.harness.weights``); the pipeline passes it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from rambo.harness import data_stage
 
 from .datasets import download, generate_synthetic
+from .model import weights_url
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DATASETS = ("synthetic", "sop", "cub", "inshop")
@@ -39,7 +42,8 @@ def prepare_one(name: str, data, source: data_stage.Source = data_stage.Source()
     return download(data.format, data.root, verify=source.verify, mirror=source.mirror, archive_dir=source.archive_dir)
 
 
-STAGE = data_stage.DataStage("python -m rambo.retrieval.prepare", __doc__.split("\n")[0], CONFIG_DIR, DATASETS, prepare_one)
+STAGE = data_stage.DataStage("python -m rambo.retrieval.prepare", __doc__.split("\n")[0], CONFIG_DIR, DATASETS, prepare_one,
+                             task="retrieval", weights_url=weights_url)
 prepare, main = STAGE.prepare, STAGE.main  # prepare(data_dir, datasets, overrides=(), source=Source()); main(argv=None)
 
 
