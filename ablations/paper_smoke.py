@@ -2,8 +2,10 @@
 
 In a scratch copy of the repository (``build/paper-smoke/repo``: the checkout's own results,
 ``params.yaml`` and ``dvc.lock`` are never touched) it writes the stand-in archives of SOP, CUB,
-In-shop and VOC 2007/2012 with their ``MD5SUMS`` into ``data/stand-in``, selects the
-``paper-smoke`` profile, runs ``dvc repro``, then checks that a second ``dvc repro`` runs nothing
+In-shop and VOC 2007/2012 with their ``MD5SUMS`` into ``data/stand-in``, and small stand-in files of
+the ImageNet weights the paper's rows load with their ``SHA256SUMS`` (the pipeline runs with
+``TORCH_HOME=data/stand-in/torch``, whose hub cache holds them), selects the ``paper-smoke``
+profile, runs ``dvc repro``, then checks that a second ``dvc repro`` runs nothing
 and that every table cell the profile names is filled. It prints the wall time and the stages run,
 and writes them to ``build/paper-smoke/summary.json``.
 """
@@ -29,6 +31,8 @@ KEPT = ("results/draws",)
 # What a paper-smoke copy writes: the paper's models' checkpoints (ResNet-50/101, ResNeXt-101 with
 # optimiser state: about 10 GB for the 40 stages) and stand-in data; measured 9.9 GB (issue 21).
 NEEDED_GB = 11  # under GENERATED but an input: the committed runs of other machines (tables' second draw)
+STAND_IN_TORCH_HOME = "data/stand-in/torch"  # TORCH_HOME of the smoke's pipeline: its hub cache holds the stand-in weights
+STAND_IN_WEIGHTS_SUMS = "data/stand-in/SHA256SUMS"  # the profile's --weights-sums
 
 
 def copy_repository(destination: Path, profile: str) -> Path:
@@ -52,9 +56,10 @@ def copy_repository(destination: Path, profile: str) -> Path:
     return destination
 
 
-def run(args: list[str], cwd: Path, echo: bool = False) -> str:
-    """Run a command with the venv first on PATH; its output (streamed when ``echo``); exit on failure."""
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+def run(args: list[str], cwd: Path, echo: bool = False, env: dict | None = None) -> str:
+    """Run a command with the venv first on PATH (and ``env`` set); its output (streamed when ``echo``);
+    exit on failure."""
+    env = dict(os.environ, **(env or {}), PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
     process = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in process.stdout:
@@ -76,6 +81,30 @@ def write_stand_ins(folder: Path) -> list[Path]:
     archives = [*retrieval_stand_in.write_archives(folder), *detection_stand_in.write_archives(folder)]
     write_md5sums(folder, archives)
     return archives
+
+
+def write_stand_in_weights(torch_home: Path, sums: Path) -> list[Path]:
+    """A small stand-in file, under its official name in ``torch_home``'s hub cache, for every ImageNet
+    weights file the paper profile's rows load (as the apps' data stages name them), and ``sums``
+    (a ``SHA256SUMS``) naming them. The official hashes refuse them; the smoke's data stages check
+    them against ``sums`` (``--weights-sums``) with the rows composed as the paper profile composes
+    them (``--weights-overrides profile=paper``). Its runs load no weights (profile=smoke)."""
+    from rambo.detection.prepare import STAGE as detection
+    from rambo.harness.data_stage import rows_of_params
+    from rambo.harness.weights import write_sha256sums
+    from rambo.retrieval.prepare import STAGE as retrieval
+
+    paper = REPO / "ablations" / "profiles" / "paper.yaml"
+    names = {item.filename: item.url for stage in (retrieval, detection)
+             for item in stage.weights_files(rows_of_params(paper, stage.task), ["profile=paper"])}  # fmt: skip
+    folder = torch_home / "hub" / "checkpoints"
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for name, url in sorted(names.items()):
+        (folder / name).write_bytes(f"stand-in for {url} (make paper-smoke): not weights\n".encode())
+        files.append(folder / name)
+    write_sha256sums(sums, files)
+    return files
 
 
 def filled_cells(repo: Path) -> tuple[int, list[str]]:
@@ -114,19 +143,27 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     archives = write_stand_ins(repo / "data" / "stand-in")
     print(f"stand-in archives: {', '.join(a.name for a in archives)} ({time.monotonic() - started:.0f} s)", flush=True)
-    first = run([str(BIN / "dvc"), "repro"], repo, echo=True)
+    torch_home = repo / STAND_IN_TORCH_HOME
+    stand_in_weights = write_stand_in_weights(torch_home, repo / STAND_IN_WEIGHTS_SUMS)
+    print(f"stand-in weights: {', '.join(w.name for w in stand_in_weights)} in {torch_home}", flush=True)
+    first = run([str(BIN / "dvc"), "repro"], repo, echo=True, env={"TORCH_HOME": str(torch_home)})
     seconds = time.monotonic() - started
     stages = re.findall(r"Running stage '([^']+)'", first)
-    second = run([str(BIN / "dvc"), "repro"], repo)
+    second = run([str(BIN / "dvc"), "repro"], repo, env={"TORCH_HOME": str(torch_home)})
     rerun = re.findall(r"Running stage '([^']+)'", second)
     filled, missing = filled_cells(repo)
+    # the data stages' weights check ran on every stand-in (its line per file checked)
+    checked = set(re.findall(r"^weights: \S+ (\S+) SHA-256 [0-9a-f]+\.\.\. as expected$", first, re.MULTILINE))
+    unchecked = sorted(str(w) for w in stand_in_weights if str(w) not in checked)
     summary = {"profile": args.profile, "wall_seconds": round(seconds), "stages": stages,
-               "second_repro_ran": rerun, "table_cells_filled": filled, "table_cells_missing": missing}  # fmt: skip
+               "second_repro_ran": rerun, "table_cells_filled": filled, "table_cells_missing": missing,
+               "weights_checked": sorted(checked), "weights_unchecked": unchecked}  # fmt: skip
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"\n{args.profile}: {len(stages)} stages in {seconds:.0f} s; {filled} table cells filled; "
           f"second dvc repro ran {len(rerun)} stages; summary: {args.out / 'summary.json'}")  # fmt: skip
-    if rerun or missing or not filled:
-        print(f"FAILED: second repro ran {rerun}; runs in no table cell: {missing}", file=sys.stderr)
+    if rerun or missing or not filled or unchecked:
+        print(f"FAILED: second repro ran {rerun}; runs in no table cell: {missing}; weights not checked: {unchecked}",
+              file=sys.stderr)
         return 1
     return 0
 
