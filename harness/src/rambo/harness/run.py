@@ -14,6 +14,9 @@ The config keys it reads: ``seed``, ``experiment_name``, ``output_dir``, ``metri
 ``headline_path`` (optional), ``curve_path``, ``checkpoint_path``, ``resume``, ``resume_may_change``,
 ``identity_defaults`` (optional; :mod:`.resume`), ``max_epochs_this_run``,
 ``profile_name`` (optional) and ``wandb.{mode, project, job_type}``. Only the main process writes files and talks to W&B.
+Before anything is written, the main process claims the run's folders (output, checkpoint, metrics and
+curve folders: :mod:`.claim`), so that two runs given one folder cannot overwrite each other; the
+claims are given back in :meth:`TrainingRun.finish` (and at exit).
 W&B: one run per seed in the group ``<profile>/<experiment>`` (:func:`wandb_group`), its config the
 run's flat ``wandb_keys`` (task, dataset, loss_name, lambda, margin, tau, seed: what a dashboard
 filters on) beside ``profile`` and the whole config, its summary the headline numbers and metrics.
@@ -31,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .atomic import write_json
 from .checkpoint import rng_states, save_checkpoint, set_rng_states
+from .claim import claim_folders
 from .distributed import barrier
 from .provenance import run_provenance
 from .resume import check_policy, checkpoint_to_resume, run_identity
@@ -78,6 +82,10 @@ class TrainingRun:
         self.provenance = run_provenance(cfg.get("profile_name"), device)
         self.checkpoint_path = Path(cfg.checkpoint_path)
         self.epoch, self.curve, self.extra, wandb_id = 0, [], dict(extra or {}), None
+        self.claims = []
+        if is_main:  # before anything is written or set aside: one run per folder (rambo.harness.claim)
+            folders = [cfg.output_dir, self.checkpoint_path.parent, Path(cfg.metrics_path).parent, Path(cfg.curve_path).parent]
+            self.claims = claim_folders(folders, f"{cfg.experiment_name} seed {cfg.seed}")
         state = checkpoint_to_resume(self.checkpoint_path, cfg.resume, self.identity, set_aside=is_main,
                                      may_change=cfg.resume_may_change)  # fmt: skip
         if state is not None:
@@ -162,4 +170,11 @@ class TrainingRun:
             outputs = {"metrics": self.cfg.metrics_path, "curve": self.cfg.curve_path, "checkpoint": self.checkpoint_path}
             outputs = {name: path for name, path in outputs.items() if Path(path).exists()}  # epochs=0 writes no checkpoint
             log_done({**(headline or {}), **(log_extra or {})}, outputs)
+        self.release()
         return metrics
+
+    def release(self) -> None:
+        """Give back the claims of the run's folders (:meth:`finish` does; also done at exit)."""
+        for claim in self.claims:
+            claim.release()
+        self.claims = []

@@ -1,0 +1,122 @@
+"""One run per folder (rambo.harness.claim): real processes racing for one folder, a killed holder,
+a requeued SLURM job, and the error a refused run gets."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rambo.harness.claim import CLAIM_NAME, FolderClaim, FolderClaimedError, claim_folders, holder_is_gone, holder_record
+
+WORKER = Path(__file__).with_name("claim_worker.py")
+
+
+def start_workers(folder, count, start_at, hold, tmp_path):
+    return [
+        (subprocess.Popen([sys.executable, str(WORKER), str(folder), f"run{i}", str(start_at), str(hold), str(tmp_path / f"r{i}")]),
+         tmp_path / f"r{i}")
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def test_of_processes_started_together_exactly_one_claims_the_folder(tmp_path):
+    """Four processes wake at the same instant and claim one folder, eight rounds: every round exactly
+    one holds it and the others are refused with the holder's name; the folder is free afterwards."""
+    for round_ in range(8):
+        folder = tmp_path / f"run{round_}"
+        workers = start_workers(folder, 4, time.time() + 1.5, 1.0, tmp_path)
+        codes = [process.wait(timeout=60) for process, _ in workers]
+        results = [path.read_text() for _, path in workers]
+        assert sorted(codes) == [0, 3, 3, 3], (round_, codes, results)
+        winner = results[codes.index(0)]
+        assert winner == "claimed"
+        holder = f"run{codes.index(0)}"
+        for code, text in zip(codes, results):
+            if code == 3:
+                assert str(folder) in text and repr(holder) in text, text
+        assert not (folder / CLAIM_NAME).exists()
+        assert sorted(p.name for p in folder.iterdir()) == []  # no temporary file left behind
+
+
+def test_a_claim_of_a_killed_process_is_recovered(tmp_path):
+    folder = tmp_path / "run"
+    (process, result), = start_workers(folder, 1, 0.0, -1, tmp_path)
+    assert process.wait(timeout=60) == 0 and result.read_text() == "claimed"
+    assert json.loads((folder / CLAIM_NAME).read_text())["pid"] == process.pid  # left behind, as by a kill
+    claim = FolderClaim(folder, "next").acquire()
+    assert json.loads((folder / CLAIM_NAME).read_text())["run"] == "next"
+    claim.release()
+    assert not (folder / CLAIM_NAME).exists()
+
+
+def test_a_live_holder_refuses_and_keeps_its_claim(tmp_path):
+    folder = tmp_path / "run"
+    first = FolderClaim(folder, "experiment_a seed 0").acquire()
+    recorded = (folder / CLAIM_NAME).read_text()
+    child = subprocess.run([sys.executable, "-c", (
+        "from rambo.harness.claim import FolderClaim; import sys\n"
+        f"FolderClaim({str(folder)!r}, 'experiment_a seed 1').acquire()")], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert child.returncode != 0
+    assert "FolderClaimedError" in child.stderr and str(folder) in child.stderr
+    assert "'experiment_a seed 0'" in child.stderr and f"process {os.getpid()}" in child.stderr
+    assert (folder / CLAIM_NAME).read_text() == recorded  # untouched
+    first.release()
+
+
+def test_a_requeued_slurm_job_takes_over_its_own_claim_and_another_job_does_not():
+    holder = {**holder_record("r"), "host": "node-a", "pid": 4242, "slurm_job_id": "77", "slurm_restart_count": 0}
+    requeued = {**holder_record("r"), "host": "node-b", "slurm_job_id": "77", "slurm_restart_count": 1}
+    assert "requeued" in holder_is_gone(holder, requeued)
+    other_job = {**requeued, "slurm_job_id": "78"}
+    assert holder_is_gone(holder, other_job) is None
+    same_job_same_attempt = {**requeued, "slurm_restart_count": 0}  # two runs inside one job: both alive
+    assert holder_is_gone(holder, same_job_same_attempt) is None
+
+
+def test_a_process_id_reused_by_another_process_does_not_hold_the_claim():
+    me = holder_record("r")
+    holder = {**me, "pid": os.getppid(), "pid_start": "1"}  # a live pid, but not the process that claimed
+    assert "another process" in holder_is_gone(holder, me)
+    assert holder_is_gone(live_foreign_holder("r"), me) is None
+    assert holder_is_gone({**live_foreign_holder("r"), "pid_start": None}, me) is None  # no start time: a live pid holds it
+
+
+def test_this_process_takes_over_its_own_claim_of_an_earlier_run(tmp_path):
+    """One process runs one run at a time (Hydra's basic launcher runs a sweep's jobs one after
+    another in one process; joblib's workers one task each): an earlier run of this process that
+    raised before giving its claim back does not block the next."""
+    FolderClaim(tmp_path, "earlier").acquire()
+    claim = FolderClaim(tmp_path, "next").acquire()
+    assert json.loads((tmp_path / CLAIM_NAME).read_text())["run"] == "next"
+    claim.release()
+
+
+def live_foreign_holder(run):
+    """The record of a claim held by another live process of this host (the test's parent)."""
+    parent = os.getppid()
+    start = Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    return {**holder_record(run), "pid": parent, "pid_start": start}
+
+
+def test_claim_folders_is_all_or_none(tmp_path):
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / CLAIM_NAME).write_text(json.dumps(live_foreign_holder("other")))
+    with pytest.raises(FolderClaimedError, match="other"):
+        claim_folders([tmp_path / "a", tmp_path / "b"], "mine")
+    assert not (tmp_path / "a" / CLAIM_NAME).exists()  # the one taken was given back
+    (tmp_path / "b" / CLAIM_NAME).unlink()
+    claims = claim_folders([tmp_path / "a", tmp_path / "b", tmp_path / "a"], "mine")
+    assert len(claims) == 2
+    for claim in claims:
+        claim.release()
+
+
+def test_release_leaves_a_claim_that_is_not_ours(tmp_path):
+    claim = FolderClaim(tmp_path, "mine").acquire()
+    (tmp_path / CLAIM_NAME).write_text(json.dumps({**holder_record("theirs")}))
+    claim.release()
+    assert json.loads((tmp_path / CLAIM_NAME).read_text())["run"] == "theirs"
