@@ -140,7 +140,7 @@ def train(cfg: DictConfig) -> dict:
                       summary_keys=("loss", "lr", "test/R@1", "validation/R@1", "seconds"), untracked_keys=("seconds",),
                       device=device, wandb_keys=wandb_keys(cfg))
     history = run.extra["history"]
-    evaluation = (cfg.data.ks, cfg.batch_size, cfg.num_workers, device, forward_context, cfg.channels_last)
+    evaluation = (cfg.data.ks, cfg.eval_batch_size, cfg.num_workers, device, forward_context, cfg.channels_last)
     for epoch in run.epochs(cfg.epochs):
         started = time.perf_counter()
         sampler.set_epoch(epoch)
