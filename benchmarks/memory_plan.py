@@ -358,7 +358,8 @@ def measure_detection(cfg, device: torch.device, sizes=SMALL, shapes=VOC_SHAPES)
 
 
 def plan_detection(cfg, m: dict) -> dict:
-    batch, eval_batch = int(cfg.schedule.batch_size), int(cfg.eval.batch_size)
+    batch = int(cfg.schedule.batch_size)
+    eval_batch = int(cfg.eval.get("batch_size", batch))  # the training batch before eval.batch_size existed
     train_line = fit_line(m["sizes"][0], m["train_peak_bytes"][0], m["sizes"][1], m["train_peak_bytes"][1])
     eval_line = fit_line(m["sizes"][0], m["eval_peak_bytes"][0], m["sizes"][1], m["eval_peak_bytes"][1])
     return {"train_bytes": extrapolate(train_line, batch), "eval_bytes": extrapolate(eval_line, eval_batch), "train_line": train_line,
