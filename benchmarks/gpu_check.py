@@ -29,7 +29,11 @@ Sections (each one runs even when an earlier one failed; a failure is reported, 
   in torch on the device;
 * ``detection_step``: Faster R-CNN R-50 FPN training steps of the paper config (batch 8, VOC
   sized images, ``experiment=table5_r50_voc07_{rambo,ce}``), images/s, peak memory, and the
-  RoI classifier loss alone at that size with its memory full.
+  RoI classifier loss alone at that size with its memory full;
+* ``memory_plan``: ``benchmarks/memory_plan.py``'s peaks (one training step, one evaluation batch at
+  2 and 4 images) of a few paper rows measured on the device (``torch.cuda.max_memory_allocated``),
+  with the predictions at each row's own settings, beside the committed CPU plan's
+  (``benchmarks/memory_plan.json``; at toy sizes a toy plan made on the CPU).
 
 The training steps go through the apps' own code: configs composed by Hydra from the packages'
 ``configs/``, ``build_model``/``build_detector``, and each engine's ``train_one_epoch`` fed with
@@ -57,7 +61,7 @@ from rambo.core.benchmark import LAM, MARGIN, PAPER_TABLE_6, RELEVANT_FRACTION, 
 
 REPO = Path(__file__).resolve().parents[1]
 SECTIONS = ("core_tests", "rank_losses", "sync_free", "cuda_graphs", "ranks_identical", "retrieval_step", "recall_k_step",
-            "recall_at_k_eval", "detection_step")  # fmt: skip
+            "recall_at_k_eval", "detection_step", "memory_plan")  # fmt: skip
 # Paper Table 6, Tesla V100, AP loss forward+backward (ms); Sec. 5.2: "< 5 ms" at 320k elements.
 # The losses' settings (margin, lambda, 1 relevant in 100) are make bench's.
 PAPER_V100_MS = PAPER_TABLE_6["cuda"]
@@ -589,6 +593,33 @@ def detection_step(device: torch.device, sizes: Sizes) -> dict:
     return {"runs": runs, "classifier_loss": loss, "paper_ms": PAPER_DETECTION_MS, "ok": True}
 
 
+MEMORY_PLAN_ROWS = ("sop_log", "sop_recallk_simix", "table5_r50_voc07_rambo")
+
+
+def memory_plan(device: torch.device, sizes: Sizes) -> dict:
+    """The memory plan's small-size peaks on the device beside the CPU plan's (benchmarks/memory_plan.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import memory_plan as plan_tool
+
+    toy = plan_tool.TOY if sizes.toy else None
+    committed = REPO / "benchmarks" / "memory_plan.json"
+    here = plan_tool.plan(MEMORY_PLAN_ROWS, device, toy)["rows"]
+    if toy is None and committed.is_file():
+        cpu = {r["row"]: r for r in json.loads(committed.read_text())["rows"]}
+    else:  # a toy plan on the CPU (on a CPU device: the one just made)
+        cpu = {r["row"]: r for r in (here if device.type == "cpu" else plan_tool.plan(MEMORY_PLAN_ROWS, torch.device("cpu"), toy)["rows"])}
+    rows = []
+    for r in here:
+        c, m = cpu[r["row"]], r["measured"]
+        rows.append({"row": r["row"], "sizes": m["sizes"], "train_peak_gib": [b / 2**30 for b in m["train_peak_bytes"]],
+                     "cpu_train_peak_gib": [b / 2**30 for b in c["measured"]["train_peak_bytes"]],
+                     "eval_peak_gib": [b / 2**30 for b in m["eval_peak_bytes"]],
+                     "cpu_eval_peak_gib": [b / 2**30 for b in c["measured"]["eval_peak_bytes"]],
+                     "train_gib": r["train_gib"], "cpu_train_gib": c["train_gib"], "eval_gib": r["eval_gib"], "cpu_eval_gib": c["eval_gib"],
+                     "batch": r["batch"], "eval_batch": r["eval_batch"]})  # fmt: skip
+    return {"rows": rows, "device": str(device), "ok": True}
+
+
 # ----------------------------------------------------------------------------------------------- report
 
 
@@ -722,6 +753,16 @@ def markdown(report: dict) -> str:
         loss = detection["classifier_loss"]
         lines += ["", f"RoI classifier loss alone (RaMBO, memory full), {loss['rois']} RoIs x 20 classes: "
                       f"{_ms(loss['ms'])} forward+backward (paper: < {_ms(detection['paper_ms'])}).", ""]  # fmt: skip
+    plan = status.get("memory_plan", {})
+    if plan.get("rows"):
+        pair = lambda values: " / ".join(f"{v:.2f}" for v in values)  # noqa: E731
+        rows = [[r["row"], pair(r["sizes"]), pair(r["cpu_train_peak_gib"]), pair(r["train_peak_gib"]), pair(r["cpu_eval_peak_gib"]),
+                 pair(r["eval_peak_gib"]), f"{r['batch']}: {r['cpu_train_gib']:.2f} / {r['train_gib']:.2f}",
+                 f"{r['eval_batch']}: {r['cpu_eval_gib']:.2f} / {r['eval_gib']:.2f}"] for r in plan["rows"]]  # fmt: skip
+        lines += _table(f"Memory plan (benchmarks/memory_plan.py): CPU plan beside `{plan['device']}`, GiB",
+                        ["row", "images", "train peak CPU", f"train peak {plan['device']}", "eval peak CPU",
+                         f"eval peak {plan['device']}", "train at its batch CPU / here", "eval at its batch CPU / here"],
+                        "lrrrrrrr", rows)  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
