@@ -122,3 +122,28 @@ def test_one_process_is_the_same_with_either_setting():
     assert torch.equal(values[0][0], values[1][0]) and torch.equal(values[0][1], values[1][1])
     with pytest.raises(ValueError, match="global_batch must be true or false"):
         RankClassifierLoss(3, global_batch="yes")
+
+
+def test_the_config_option_is_built_and_leaves_earlier_checkpoints_resumable():
+    """``loss.global_batch`` reaches the loss; at its default (true) it is left out of the run identity
+    (``identity_defaults``), so a checkpoint written before the key existed still resumes; false does not."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rambo.detection.model import build_classifier_loss
+    from rambo.harness.resume import run_identity
+
+    configs = Path(__file__).resolve().parents[1] / "src" / "rambo" / "detection" / "configs"
+    identities = {}
+    with initialize_config_dir(str(configs), version_base="1.3"):
+        for global_batch in ("true", "false"):
+            cfg = compose("train", overrides=["experiment=table5_r50_voc07_rambo", f"loss.global_batch={global_batch}"])
+            assert build_classifier_loss(cfg.loss, 20).global_batch is (global_batch == "true")
+            OmegaConf.update(cfg, "output_dir", "out")  # the Hydra runtime interpolation, not part of the identity
+            config = OmegaConf.to_container(cfg, resolve=True)
+            identities[global_batch] = run_identity(config, cfg.resume_may_change, config["identity_defaults"])
+            if global_batch == "true":
+                del config["loss"]["global_batch"], config["loss"]["module"]["global_batch"]  # a config from before the key
+                identities["before"] = run_identity(config, cfg.resume_may_change, config["identity_defaults"])
+    assert identities["true"] == identities["before"]
+    assert identities["false"] != identities["before"]

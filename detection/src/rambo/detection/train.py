@@ -127,7 +127,7 @@ def train(cfg: DictConfig) -> dict:
     if not setup.is_main:
         return {}
     started = time.perf_counter()
-    results = evaluate(model, test_set, device, schedule.batch_size, len(classes), cfg.progress, forward_context)
+    results = evaluate(model, test_set, device, cfg.eval.batch_size, len(classes), cfg.progress, forward_context)
     eval_seconds = time.perf_counter() - started
     seconds, images = run.extra["train_seconds"], run.extra["train_images"]
     speed = {"train images/s": images / seconds if seconds > 0 else None,
