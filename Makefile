@@ -19,7 +19,7 @@ PROFILE ?= mini
 BENCH_ARGS ?=
 FORCE_PROFILE ?=
 
-.PHONY: help install test test-slow test-kernels test-mmdet docs bench gpu-check gpu-budget wandb-report reproduce paper-smoke figures tables
+.PHONY: help install test test-slow test-slurm test-kernels test-mmdet docs bench gpu-check gpu-budget memory-plan wandb-report reproduce paper-smoke figures tables
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -34,10 +34,13 @@ $(STAMP): environments/requirements.txt $(addsuffix /pyproject.toml,$(SUBPROJECT
 	touch $@
 
 test: install ## run every sub-project's tests (the README's test command; CI runs exactly this)
-	$(PY) -m pytest -m "not slow" $(TEST_DIRS)
+	$(PY) -m pytest -m "not slow and not slurm" $(TEST_DIRS)
 
 test-slow: install ## run the tests marked slow as well
-	$(PY) -m pytest $(TEST_DIRS)
+	$(PY) -m pytest -m "not slurm" $(TEST_DIRS)
+
+test-slurm: install ## the cluster path on a real single-node SLURM started on this host (Debian's slurm-wlm and munge, installed when missing and root; else skipped, saying what to install): sweeps, the pipeline with the SLURM launcher, preemption, a time limit, two SLURM tasks, two jobs in one folder; CI runs it
+	$(PY) -m pytest -s -m slurm tests/slurm
 
 test-kernels: install ## the tests that assert outcomes of training or float arithmetic (marker `outcome`), again on torch's portable CPU kernels and on one thread; CI runs it after `make test`
 	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(PY) -m pytest -m "outcome and not slow" $(TEST_DIRS)
@@ -71,6 +74,9 @@ wandb-report: install ## a W&B Report of the profile's runs (tables as bars over
 
 gpu-budget: install ## hours per paper experiment on one GPU, from the step times of benchmarks/gpu_check.json (a real GPU run of make gpu-check)
 	$(PY) benchmarks/gpu_budget.py
+
+memory-plan: install ## GPU memory of every paper experiment's training step and evaluation, measured on this CPU at 2 and 4 images and extrapolated to its batch, beside 16/24/40/80 GB cards: benchmarks/memory_plan.{md,json} (minutes)
+	$(PY) benchmarks/memory_plan.py
 
 reproduce: install ## run the pipeline: PROFILE=mini (default; CPU, synthetic data) or PROFILE=paper (GPUs, real data); FORCE_PROFILE=1 discards local edits of params.yaml
 	$(PY) ablations/set_profile.py $(PROFILE) $(if $(FORCE_PROFILE),--force)

@@ -1,7 +1,8 @@
 """rambo.harness: the run plumbing both training apps (retrieval, detection) share.
 
 One concept per module: ``atomic`` (files written whole), ``checkpoint`` (every RNG, loaded with
-``weights_only=True``), ``resume`` (the ``false`` / ``true`` / ``auto`` policy and the run identity),
+``weights_only=True``), ``resume`` (the ``false`` / ``true`` / ``auto`` policy and the run identity), ``claim`` (one
+run per folder, whatever the timing),
 ``wandb_run`` (mode decided before ``wandb.init``; start or resume a run), ``runtime`` (device,
 seed, threads), ``precision`` (bfloat16 autocast, channels-last), ``distributed`` (torchrun / SLURM set-up), ``download`` and ``extract`` (staged,
 checked, safe), ``pretrained`` (ImageNet weights from a file or the torchvision cache), ``weights`` (the

@@ -8,12 +8,15 @@ RoI logits, each scaling its local gradient by the world size) belongs to the ap
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,9 @@ def detect_setup(env: dict | None = None) -> DistributedSetup:
 def init_process_group(setup: DistributedSetup, backend: str | None = None) -> None:
     """Join the process group (no-op for a single process). Under SLURM, ``MASTER_ADDR`` must be
     set (e.g. ``export MASTER_ADDR=$(scontrol show hostnames $SLURM_NODELIST | head -1)``) unless
-    all tasks share one node; ``MASTER_PORT`` defaults to 29500."""
+    all tasks share one node; ``MASTER_PORT`` defaults to ``20000 + SLURM_JOB_ID mod 20000`` (the same in
+    every task of a job, another for each job, so two jobs on one node do not take one port). Logs
+    which process this is, and where its rank came from."""
     if not setup.is_distributed or dist.is_initialized():
         return
     if setup.source == "slurm":
@@ -58,9 +63,11 @@ def init_process_group(setup: DistributedSetup, backend: str | None = None) -> N
             if int(os.environ.get("SLURM_NNODES", "1")) > 1:
                 raise ValueError("multi-node SLURM job without MASTER_ADDR: export it before launching")
             os.environ["MASTER_ADDR"] = socket.gethostname()
-        os.environ.setdefault("MASTER_PORT", "29500")
+        os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SLURM_JOB_ID", "9500")) % 20000))
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     dist.init_process_group(backend, rank=setup.rank, world_size=setup.world_size)
+    log.info("process %d of %d (rank from %s, local rank %d, %s)", setup.rank, setup.world_size, setup.source,
+             setup.local_rank, backend)  # fmt: skip
     if torch.cuda.is_available():
         torch.cuda.set_device(setup.local_rank)
 

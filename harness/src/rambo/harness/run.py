@@ -26,6 +26,7 @@ machine, threads, profile).
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Iterator, Mapping
@@ -34,12 +35,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from .atomic import write_json
 from .checkpoint import rng_states, save_checkpoint, set_rng_states
-from .claim import claim_folders
+from .claim import FolderClaimedError, claim_folders
 from .distributed import barrier
 from .provenance import run_provenance
 from .resume import check_policy, checkpoint_to_resume, run_identity
 from .run_log import log_done, log_epoch
 from .wandb_run import start_run
+
+log = logging.getLogger(__name__)
 
 
 def homogeneous(records: list[dict]) -> list[dict]:
@@ -85,7 +88,11 @@ class TrainingRun:
         self.claims = []
         if is_main:  # before anything is written or set aside: one run per folder (rambo.harness.claim)
             folders = [cfg.output_dir, self.checkpoint_path.parent, Path(cfg.metrics_path).parent, Path(cfg.curve_path).parent]
-            self.claims = claim_folders(folders, f"{cfg.experiment_name} seed {cfg.seed}")
+            try:
+                self.claims = claim_folders(folders, f"{cfg.experiment_name} seed {cfg.seed}")
+            except FolderClaimedError as error:  # in the run's own log too (a SLURM job's), not only the launcher's
+                log.error("%s", error)
+                raise
         state = checkpoint_to_resume(self.checkpoint_path, cfg.resume, self.identity, set_aside=is_main,
                                      may_change=cfg.resume_may_change)  # fmt: skip
         if state is not None:

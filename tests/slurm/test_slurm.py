@@ -1,0 +1,238 @@
+"""The cluster path against a real SLURM (``make test-slurm``, issue 29): jobs submitted through the
+apps' documented launcher config (``hydra/launcher=slurm``, resources overridden for a CPU node),
+the tables made from them, the pipeline with SLURM as its launcher, preemption, a time limit, one
+run on two SLURM tasks, and two jobs given one folder. Every job is a real ``sbatch`` of the real
+app, scheduled by the real ``slurmctld`` and run by the real ``slurmd`` of :mod:`cluster`.
+
+Each test prints what it measured (``-s`` shows it; ``make test-slurm`` passes it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+slurm_cluster = sys.modules["slurm_cluster"]  # loaded by this folder's conftest.py
+BIN, CPU_NODE, DETECTION_TINY, REPO = slurm_cluster.BIN, slurm_cluster.CPU_NODE, slurm_cluster.DETECTION_TINY, slurm_cluster.REPO
+environment, run = slurm_cluster.environment, slurm_cluster.run
+
+pytestmark = pytest.mark.slurm
+
+RETRIEVAL = ["experiment=synthetic_log", "profile=tiny", "threads=1", "progress=false", "data_dir=data/retrieval",
+             "resume=auto", "hydra.sweep.subdir=seed${seed}"]  # fmt: skip
+QUICK = [*RETRIEVAL, "epochs=300", "eval_every=100000"]  # a few seconds of training
+# About a minute of training in 80 epochs: long enough to be preempted mid-run, and to pass a
+# one-minute time limit (SLURM signals 30 s before it, at its 30 s polling granularity).
+LONG = [*RETRIEVAL, "epochs=80", "eval_every=100000", "model.width=32", "image_size=64"]
+
+
+def train(app: str) -> list[str]:
+    return [sys.executable, "-m", f"rambo.{app}.train"]
+
+
+def sweep(cluster, cwd, app, overrides, check=True, timeout=900):
+    """A Hydra multirun of ``app`` through the SLURM launcher; waits for its jobs."""
+    return run(cluster, [*train(app), "-m", *CPU_NODE, *overrides], cwd, timeout=timeout, check=check)
+
+
+def results(path: Path) -> dict:
+    """A run's metrics without the provenance (the machine of the invocation that finished it)."""
+    metrics = json.loads(Path(path).read_text())
+    metrics.pop("provenance", None)
+    return metrics
+
+
+def job_logs(sweep_dir: Path) -> dict[str, str]:
+    """submitit's log files of a sweep: ``{name: text}`` (one out and one err file per job and task)."""
+    return {path.name: path.read_text(errors="replace") for path in sorted((sweep_dir / ".submitit").rglob("*_log.*"))}
+
+
+def job_ids(sweep_dir: Path) -> list[str]:
+    """The SLURM job ids of a sweep (``123`` for one job, ``123_0`` for a task of an array)."""
+    return sorted(path.name for path in (sweep_dir / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", path.name))
+
+
+def restarts(cluster, job: str) -> int:
+    shown = subprocess.run(["scontrol", "show", "job", job], env=cluster.env, capture_output=True, text=True).stdout
+    found = re.search(r"Restarts=(\d+)", shown)
+    assert found, shown
+    return int(found.group(1))
+
+
+@pytest.fixture(scope="module")
+def quick_runs(cluster, shared):
+    """Seeds 0 and 1 of a retrieval row swept through SLURM into the tables' layout (sub-test a)."""
+    started = time.time()
+    sweep(cluster, shared, "retrieval", [*QUICK, "seed=0,1", "hydra.sweep.dir=results/runs/retrieval/${experiment_name}"])
+    seconds = time.time() - started
+    runs = {seed: results(shared / "results/runs/retrieval/synthetic_log" / f"seed{seed}" / "metrics.json") for seed in (0, 1)}
+    return runs, seconds
+
+
+@pytest.fixture(scope="module")
+def long_reference(cluster, shared):
+    """The LONG run of seed 0, uninterrupted, in its own process (started once, in the background)."""
+    out = shared / "reference_long"
+    log = open(shared / "reference_long.log", "w")
+    process = subprocess.Popen([*train("retrieval"), *LONG, "seed=0", f"output_dir={out}", f"hydra.run.dir={out}"],
+                               cwd=shared, env=environment(cluster), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+
+    def metrics() -> dict:
+        process.wait(timeout=900)
+        assert process.returncode == 0, (shared / "reference_long.log").read_text()[-3000:]
+        return results(out / "metrics.json")
+
+    yield metrics
+    if process.poll() is None:
+        process.kill()
+
+
+def test_a_sweep_of_each_app_fills_the_tables_layout_and_make_tables_reads_it(cluster, shared, quick_runs):
+    runs, retrieval_seconds = quick_runs
+    assert [runs[seed]["seed"] for seed in (0, 1)] == [0, 1]
+    logs = job_logs(shared / "results/runs/retrieval/synthetic_log")
+    assert len([name for name in logs if name.endswith("_log.out")]) == 2  # two SLURM jobs, one per seed
+    started = time.time()
+    sweep(cluster, shared, "detection", ["experiment=mini_ce", "init_checkpoint=null", *DETECTION_TINY, "threads=1",
+                                         "progress=false", "data_dir=data/detection", "resume=auto", "seed=0,1",
+                                         "hydra.sweep.dir=results/runs/detection/${experiment_name}",
+                                         "hydra.sweep.subdir=seed${seed}"])  # fmt: skip
+    detection_seconds = time.time() - started
+    for seed in (0, 1):
+        assert results(shared / "results/runs/detection/mini_ce" / f"seed{seed}" / "metrics.json")["seed"] == seed
+
+    params = yaml.safe_load((REPO / "ablations/profiles/tiny.yaml").read_text())  # the tiny profile, these two rows
+    params["seeds"] = "0,1"
+    params["tables"]["runs"] = {"retrieval/sop/rambo_recall_log": "synthetic_log", "detection/r50_07/ce": "mini_ce"}
+    (shared / "params.yaml").write_text(yaml.safe_dump(params))
+    run(cluster, [sys.executable, str(REPO / "ablations/tables.py"), "--runs", "results/runs", "--params", "params.yaml",
+                  "--out", "results/tables", "--wandb-mode", "disabled"], shared)  # fmt: skip
+    text = (shared / "results/tables/tables.md").read_text()
+    table_2 = next(line for line in text.splitlines() if line.startswith("| RaMBO log"))
+    table_5 = next(line for line in text.splitlines() if line.startswith("| ") and "CE" in line and "±" in line)
+    assert "±" in table_2 and "not run" not in table_2.split("|")[2], table_2
+    print(f"\n(a) sweeps through SLURM: retrieval 2 seeds {retrieval_seconds:.0f} s, detection 2 seeds "
+          f"{detection_seconds:.0f} s; make tables: {table_2[:80]} / {table_5[:80]}")
+
+
+def test_the_pipeline_with_slurm_as_its_launcher_makes_the_tables_of_the_local_launcher(cluster, tmp_path):
+    """DVC drives, SLURM runs (params.yaml's ``launcher``): the tiny profile's pipeline, once with the
+    local launcher and once with SLURM's; every table and every run's metrics are equal bit for bit
+    apart from the runs' provenance."""
+    spec = importlib.util.spec_from_file_location("paper_smoke", REPO / "ablations/paper_smoke.py")
+    paper_smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paper_smoke)
+    repos, seconds = {}, {}
+    for name, launcher in (("local", None), ("slurm", " ".join(CPU_NODE))):
+        repo = paper_smoke.copy_repository(tmp_path / name, "tiny")
+        if launcher:
+            params = (repo / "params.yaml").read_text()
+            params, count = re.subn(r"(?m)^launcher: .*$", f"launcher: {launcher}", params)
+            assert count == 1
+            (repo / "params.yaml").write_text(params)
+        started = time.time()
+        run(cluster, [str(BIN / "dvc"), "repro"], repo, timeout=1800)
+        seconds[name], repos[name] = time.time() - started, repo
+    slurm_jobs = list((repos["slurm"] / "results/runs").rglob(".submitit"))
+    assert slurm_jobs and not list((repos["local"] / "results/runs").rglob(".submitit"))  # SLURM ran the runs
+    tables = sorted(path.relative_to(repos["local"]) for path in (repos["local"] / "results/tables").glob("*.json"))
+    assert tables
+    for table in tables:
+        assert (repos["slurm"] / table).read_bytes() == (repos["local"] / table).read_bytes(), table
+    runs = sorted(path.relative_to(repos["local"]) for path in (repos["local"] / "results/runs").rglob("metrics.json"))
+    for metrics in runs:
+        assert results(repos["slurm"] / metrics) == results(repos["local"] / metrics), metrics
+    print(f"\n(b) tiny pipeline: local launcher {seconds['local']:.0f} s, SLURM launcher {seconds['slurm']:.0f} s; "
+          f"{len(tables)} tables and {len(runs)} runs' metrics equal")
+
+
+def test_a_run_requeued_while_it_trains_resumes_to_the_metrics_of_an_uninterrupted_run(cluster, shared, long_reference):
+    sweep_dir = shared / "preempted"
+    started = time.time()
+    launcher_log = open(shared / "preempted.log", "w")  # a file, not a pipe nobody reads while it runs
+    process = subprocess.Popen([*train("retrieval"), "-m", *CPU_NODE, *LONG, "seed=0", f"hydra.sweep.dir={sweep_dir}"],
+                               cwd=shared, env=environment(cluster), stdout=launcher_log, stderr=subprocess.STDOUT)  # fmt: skip
+    curve = sweep_dir / "seed0" / "curve.json"
+    while not (curve.exists() and len(json.loads(curve.read_text() or "[]")) >= 5):  # mid-run: 5 of 80 epochs done
+        assert process.poll() is None, (shared / "preempted.log").read_text()[-3000:]
+        assert time.time() - started < 600
+        time.sleep(0.5)
+    (job,) = job_ids(sweep_dir)
+    subprocess.run(["scontrol", "requeue", job], env=cluster.env, check=True, capture_output=True)
+    requeued_at = time.time() - started
+    process.wait(timeout=900)
+    assert process.returncode == 0, (shared / "preempted.log").read_text()[-3000:]
+    assert restarts(cluster, job) == 1
+    log = "".join(job_logs(sweep_dir).values())
+    resumed = re.findall(r"resuming \S+ from epoch (\d+)", log)
+    assert resumed and int(resumed[-1]) >= 5, log[-3000:]
+    assert results(sweep_dir / "seed0" / "metrics.json") == long_reference()
+    print(f"\n(c) preemption: scontrol requeue at {requeued_at:.0f} s; resumed from epoch {resumed[-1]}; finished at "
+          f"{time.time() - started:.0f} s with the metrics of the uninterrupted run")
+
+
+def test_a_job_past_its_time_limit_is_requeued_and_finishes_with_the_same_metrics(cluster, shared, long_reference):
+    """A one-minute limit, the signal 30 s before it: submitit requeues the job (the launcher's
+    ``max_num_timeout``), which resumes from its last epoch checkpoint."""
+    sweep_dir = shared / "timed_out"
+    started = time.time()
+    sweep(cluster, shared, "retrieval", [*LONG, "seed=0", f"hydra.sweep.dir={sweep_dir}", "hydra.launcher.timeout_min=1",
+                                         "hydra.launcher.signal_delay_s=30"])  # fmt: skip
+    (job,) = job_ids(sweep_dir)
+    log = "".join(job_logs(sweep_dir).values())
+    assert "this job is timed-out" in log, log[-3000:]
+    count = restarts(cluster, job)
+    resumed = re.findall(r"resuming \S+ from epoch (\d+)", log)
+    assert count >= 1 and len(resumed) == count, log[-3000:]
+    assert results(sweep_dir / "seed0" / "metrics.json") == long_reference()
+    print(f"\n(d) time limit 1 min: requeued {count} time(s), resumed from epochs {resumed}; finished in "
+          f"{time.time() - started:.0f} s with the metrics of the uninterrupted run")
+
+
+def test_one_run_on_two_slurm_tasks_equals_the_two_process_torchrun_run(cluster, shared):
+    base = ["experiment=synthetic_log", "profile=tiny", "threads=1", "progress=false", "data_dir=data/retrieval", "seed=0"]
+    sweep_dir = shared / "two_tasks"
+    started = time.time()
+    sweep(cluster, shared, "retrieval", [*base, f"hydra.sweep.dir={sweep_dir}", "hydra.sweep.subdir=seed0",
+                                         "hydra.launcher.tasks_per_node=2"])  # fmt: skip
+    seconds = time.time() - started
+    log = "".join(job_logs(sweep_dir).values())
+    assert "process 0 of 2 (rank from slurm" in log and "process 1 of 2 (rank from slurm" in log, log[-3000:]
+    out = shared / "torchrun"
+    run(cluster, [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rambo.retrieval.train",
+                  *base, f"output_dir={out}", f"hydra.run.dir={out}"], shared)  # fmt: skip
+    assert results(sweep_dir / "seed0" / "metrics.json") == results(out / "metrics.json")
+    print(f"\n(e) one run on two SLURM tasks (srun, gloo) in {seconds:.0f} s: ranks from SLURM_PROCID/SLURM_NTASKS; "
+          "metrics equal the two-process torchrun run's")
+
+
+def test_two_jobs_given_one_output_folder_one_trains_and_the_other_stops_at_once(cluster, shared, quick_runs):
+    runs, _ = quick_runs
+    folder = shared / "one_folder"
+    sweep_dir = shared / "collide"
+    started = time.time()
+    done = sweep(cluster, shared, "retrieval", [*QUICK, "seed=0,1", f"output_dir={folder}", f"hydra.sweep.dir={sweep_dir}"],
+                 check=False)  # fmt: skip
+    seconds = time.time() - started
+    assert done.returncode != 0 and "FolderClaimedError" in done.stderr  # the multirun reports the refused job
+    logs = {name: text for name, text in job_logs(sweep_dir).items() if name.endswith("_log.out")}
+    errors = [text for text in logs.values() if "is claimed by run" in text]  # the refused job's own log says why
+    assert len(logs) == 2 and len(errors) == 1, list(logs)
+    (refused,) = errors
+    assert "epoch 1/" not in refused  # it stopped before training
+    assert str(folder) in refused and re.search(r"claimed by run 'synthetic_log seed [01]'", refused), refused[-2000:]
+    winner = results(folder / "metrics.json")
+    loser_seed = 1 - winner["seed"]
+    assert f"synthetic_log seed {winner['seed']}'" in refused and f"this run ('synthetic_log seed {loser_seed}')" in refused
+    assert winner == runs[winner["seed"]]  # nothing of the first touched: the metrics of its own uninterrupted run
+    assert not list(folder.glob("*.stale")) and not list(folder.glob(".rambo-run.claim*"))
+    print(f"\n(f) two jobs, one folder: seed {winner['seed']} trained, seed {loser_seed} refused with the folder and "
+          f"the holder named; {seconds:.0f} s")
