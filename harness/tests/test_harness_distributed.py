@@ -55,3 +55,17 @@ def test_one_process_needs_no_wrapper_and_auto_device_is_the_cpu_here():
     set_threads(1)
     assert torch.get_num_threads() == 1
     torch.set_num_threads(threads)
+
+
+def test_threads_zero_takes_the_cpus_slurm_gave_the_task():
+    threads = torch.get_num_threads()
+    try:
+        set_threads(0, env={"SLURM_CPUS_PER_TASK": "1"})
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        set_threads(3, env={"SLURM_CPUS_PER_TASK": "1"})  # an explicit count wins
+        assert torch.get_num_threads() == 3
+        set_threads(0, env={})  # outside SLURM: torch's default, untouched
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(threads)

@@ -126,7 +126,9 @@ def test_a_sweep_of_each_app_fills_the_tables_layout_and_make_tables_reads_it(cl
 def test_the_pipeline_with_slurm_as_its_launcher_makes_the_tables_of_the_local_launcher(cluster, tmp_path):
     """DVC drives, SLURM runs (params.yaml's ``launcher``): the tiny profile's pipeline, once with the
     local launcher and once with SLURM's; every table and every run's metrics are equal bit for bit
-    apart from the runs' provenance."""
+    apart from the runs' provenance. (The tables name the machines and thread counts of their runs:
+    equal too, since a run under SLURM takes its task's CPUs as its threads, as the local launcher's
+    workers run one thread each.)"""
     spec = importlib.util.spec_from_file_location("paper_smoke", REPO / "ablations/paper_smoke.py")
     paper_smoke = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(paper_smoke)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -26,7 +27,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def set_threads(threads: int | None) -> None:
-    """Use ``threads`` CPU threads for torch's intra-op work; 0 or ``None`` keeps torch's default."""
+def set_threads(threads: int | None, env: dict | None = None) -> None:
+    """Use ``threads`` CPU threads for torch's intra-op work. 0 or ``None``: the CPUs SLURM gave the
+    job's task (``SLURM_CPUS_PER_TASK``) inside a SLURM job, else torch's default. (torch's default
+    counts every core of the node, where SLURM may not bind a task to its CPUs: a job of 8 CPUs
+    would run as many threads as the node has cores, beside the other jobs on it.)"""
+    env = os.environ if env is None else env
+    if not threads and env.get("SLURM_CPUS_PER_TASK", "").isdigit():
+        threads = int(env["SLURM_CPUS_PER_TASK"])
     if threads:
         torch.set_num_threads(int(threads))
