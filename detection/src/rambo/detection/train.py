@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from rambo.harness.workers import worker_init
 from rambo.harness.distributed import ShardedBatchSampler, barrier, detect_setup, init_process_group, world_size, wrap_model
 from rambo.harness.precision import autocast, to_channels_last
 from rambo.harness.row_name import check_row_name
@@ -77,7 +78,8 @@ def epoch_loader(cfg: DictConfig, train_set, epoch: int, rank: int, processes: i
     batches = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(train_set, generator=order), cfg.schedule.batch_size, False)
     if processes > 1:
         batches = ShardedBatchSampler(batches, rank, processes, even=False)
-    return torch.utils.data.DataLoader(train_set, batch_sampler=batches, generator=order, collate_fn=collate_detection, num_workers=cfg.num_workers)
+    return torch.utils.data.DataLoader(train_set, batch_sampler=batches, generator=order, collate_fn=collate_detection, num_workers=cfg.num_workers,
+                                       worker_init_fn=worker_init)  # fmt: skip
 
 
 def train(cfg: DictConfig) -> dict:

@@ -6,7 +6,7 @@ run per folder, whatever the timing),
 ``wandb_run`` (mode decided before ``wandb.init``; start or resume a run), ``runtime`` (device,
 seed, threads), ``precision`` (bfloat16 autocast, channels-last), ``distributed`` (torchrun / SLURM set-up), ``download`` and ``extract`` (staged,
 checked, safe), ``pretrained`` (ImageNet weights from a file or the torchvision cache), ``weights`` (the
-weights files a profile's rows load, SHA-256 checked before any job), ``provenance`` (what made
+weights files a profile's rows load, SHA-256 checked before any job), ``workers`` (DataLoader workers leave SLURM's USR2 to the training process), ``provenance`` (what made
 a run: code, libraries, machine, threads, profile) and ``run_log`` (one summary line per epoch;
 progress bars only on a terminal).
 """

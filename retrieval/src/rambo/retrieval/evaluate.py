@@ -19,6 +19,7 @@ import logging
 import numpy as np
 import torch
 
+from rambo.harness.workers import worker_init
 from rambo.harness.precision import to_channels_last
 
 # Paper's K per dataset (Tables 2-4).
@@ -234,7 +235,8 @@ def compute_embeddings(model: torch.nn.Module, dataset, batch_size: int = 256, n
     ``autocast``: the factory of the forward pass's context (:func:`rambo.harness.precision.autocast`;
     the embeddings are cast to float32 after it); ``channels_last``: the image batches in
     channels-last memory format."""
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                                         worker_init_fn=worker_init)  # fmt: skip
     was_training = model.training
     model.eval()
     embeddings, labels = [], []

@@ -32,6 +32,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torchvision.transforms import PILToTensor
 
+from rambo.harness.workers import worker_init
 from rambo.harness.checkpoint import save_checkpoint
 from rambo.harness.distributed import ShardedBatchSampler, barrier, detect_setup, init_process_group, wrap_model
 from rambo.harness.precision import autocast, to_channels_last
@@ -127,7 +128,7 @@ def train(cfg: DictConfig) -> dict:
     global_sampler = build_batch_sampler(cfg, splits["train"])
     sampler = ShardedBatchSampler(global_sampler, setup.rank, setup.world_size) if setup.is_distributed else global_sampler
     loader = torch.utils.data.DataLoader(splits["train"], batch_sampler=sampler, num_workers=cfg.num_workers,
-                                         collate_fn=train_collate(cfg))  # fmt: skip
+                                         collate_fn=train_collate(cfg), worker_init_fn=worker_init)  # fmt: skip
     model = build_model(cfg.model).to(device)
     if cfg.channels_last:
         to_channels_last(model)
