@@ -5,7 +5,8 @@ from torchvision.ops import FrozenBatchNorm2d
 
 from rambo.detection import backbones
 from rambo.harness.pretrained import cache_path
-from rambo.detection.backbones import build_backbone, build_resnet, load_imagenet_weights, open_mmlab_to_torchvision
+from rambo.detection.backbones import (EvalModeBatchNorm2d, build_backbone, build_resnet, load_imagenet_weights,
+                                       open_mmlab_to_torchvision)
 
 
 def uninitialised(name: str) -> nn.Module:
@@ -48,7 +49,8 @@ def test_weights_load_from_a_local_file_into_frozen_batchnorm(tmp_path):
     checkpoint = open_mmlab_style_state_dict("resnet18")
     path = tmp_path / "r18.pth"
     torch.save(checkpoint, path)
-    backbone = build_backbone("resnet18", pretrained=True, weights_path=str(path), trainable_layers=2, fpn_channels=16)
+    backbone = build_backbone("resnet18", pretrained=True, weights_path=str(path), trainable_layers=2, fpn_channels=16,
+                              backbone_norm="frozen_batchnorm")
     body = backbone.body
     torch.testing.assert_close(body.layer4[1].conv2.weight, checkpoint["state_dict"]["layer4.1.conv2.weight"])
     torch.testing.assert_close(body.bn1.running_var, checkpoint["state_dict"]["bn1.running_var"])
@@ -93,3 +95,98 @@ def test_random_init_uses_ordinary_batchnorm_and_trains_everything():
     assert all(p.requires_grad for p in backbone.parameters())
     features = backbone(torch.rand(1, 3, 64, 64))
     assert list(features) == ["0", "1", "2", "3", "pool"] and features["0"].shape == (1, 16, 16, 16)
+
+
+def pretrained_detector(tmp_path, backbone_norm: str):
+    """A tiny ResNet-18 Faster R-CNN whose backbone loads a random "ImageNet" file (BN statistics far
+    from 0 / 1, so normalising by batch statistics instead would show), mmdetection's frozen_stages=1."""
+    from omegaconf import OmegaConf
+    from rambo.detection.model import build_detector
+
+    torch.manual_seed(0)
+    weights = {k: v for k, v in build_resnet("resnet18").state_dict().items() if not k.endswith("num_batches_tracked")}
+    for key, value in weights.items():
+        if key.endswith("running_mean"):
+            weights[key] = 0.1 * torch.randn_like(value)
+        elif key.endswith("running_var"):
+            weights[key] = 0.5 + torch.rand_like(value)
+    checkpoint = {"state_dict": weights}
+    torch.save(checkpoint, tmp_path / "r18.pth")
+    model = OmegaConf.create({
+        "backbone": "resnet18", "pretrained": True, "weights_path": str(tmp_path / "r18.pth"), "trainable_layers": 3,
+        "backbone_norm": backbone_norm, "fpn_channels": 16, "representation_size": 32, "min_size": 64, "max_size": 64,
+        "anchor_sizes": [8, 16, 32, 64, 128], "rpn_pre_nms_top_n_train": 50, "rpn_post_nms_top_n_train": 20,
+        "rpn_pre_nms_top_n_test": 50, "rpn_post_nms_top_n_test": 20, "box_batch_size_per_image": 16,
+        "box_score_thresh": 0.0, "box_detections_per_img": 10,
+    })  # fmt: skip
+    loss = OmegaConf.create({"score_function": "softmax", "module": {"_target_": "rambo.detection.roi_heads.CrossEntropyClassifierLoss"}})
+    return build_detector(model, loss, num_classes=3), checkpoint["state_dict"]
+
+
+def test_mmdetection_batchnorm_keeps_statistics_frozen_and_trains_affine_in_unfrozen_stages(tmp_path):
+    """model.backbone_norm=bn_eval_mode_affine_trainable (mmdetection ResNet norm_eval=True,
+    frozen_stages=1): after model.train() and an SGD step the running statistics are the loaded
+    ones, layer3's BN weight moved, layer1's and the stem's did not (requires_grad False)."""
+    detector, loaded = pretrained_detector(tmp_path, "bn_eval_mode_affine_trainable")
+    body = detector.backbone.body
+    batchnorms = {name: m for name, m in body.named_modules() if isinstance(m, nn.BatchNorm2d)}
+    assert batchnorms and all(isinstance(m, EvalModeBatchNorm2d) for m in batchnorms.values())
+    assert not any(isinstance(m, FrozenBatchNorm2d) for m in body.modules())
+    detector.train()
+    assert detector.training and body.layer3[0].conv1.training
+    assert not any(m.training for m in batchnorms.values())  # model.train() left every BN in eval mode
+    for name, m in batchnorms.items():
+        frozen_stage = name == "bn1" or name.startswith("layer1.")
+        assert m.weight.requires_grad is not frozen_stage and m.bias.requires_grad is not frozen_stage, name
+    before = {k: v.clone() for k, v in body.state_dict().items()}
+    optimizer = torch.optim.SGD([p for p in detector.parameters() if p.requires_grad], lr=0.1)
+    images = [torch.rand(3, 64, 64), torch.rand(3, 64, 48)]
+    targets = [{"boxes": torch.tensor([[4.0, 4.0, 40.0, 40.0]]), "labels": torch.tensor([1])},
+               {"boxes": torch.tensor([[10.0, 8.0, 30.0, 50.0]]), "labels": torch.tensor([2])}]
+    losses = detector(images, targets)
+    optimizer.zero_grad()
+    sum(losses.values()).backward()
+    optimizer.step()
+    after = body.state_dict()
+    for key in after:
+        if key.endswith(("running_mean", "running_var", "num_batches_tracked")):
+            assert torch.equal(after[key], before[key]), key  # statistics never updated
+    for key in ("bn1.running_mean", "layer3.0.bn1.running_var", "layer4.1.bn2.running_mean"):
+        torch.testing.assert_close(after[key], loaded[key])  # the loaded (ImageNet) statistics
+    assert not torch.equal(after["layer3.0.bn1.weight"], before["layer3.0.bn1.weight"])
+    assert not torch.equal(after["layer2.0.bn2.bias"], before["layer2.0.bn2.bias"])
+    assert torch.equal(after["layer1.0.bn1.weight"], before["layer1.0.bn1.weight"])
+    assert torch.equal(after["bn1.weight"], before["bn1.weight"])
+    # eval mode means normalising by the stored statistics: BN(x) = (x - mean) / sqrt(var + eps) * w + b
+    bn = body.layer3[0].bn1
+    x = torch.randn(2, bn.num_features, 5, 5)
+    expected = (x - bn.running_mean[:, None, None]) / torch.sqrt(bn.running_var[:, None, None] + bn.eps)
+    torch.testing.assert_close(bn(x), expected * bn.weight[:, None, None] + bn.bias[:, None, None])
+
+
+def test_frozen_batchnorm_option_freezes_the_affine_weights_too(tmp_path):
+    detector, _ = pretrained_detector(tmp_path, "frozen_batchnorm")
+    body = detector.backbone.body
+    assert isinstance(body.layer3[0].bn1, FrozenBatchNorm2d)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in body.modules())
+    assert not any(name.endswith(("bn1.weight", "bn2.weight")) for name, _ in body.named_parameters())  # buffers only
+    with pytest.raises(ValueError, match="backbone_norm"):
+        build_backbone("resnet18", backbone_norm="sync_bn")
+
+
+def test_warm_start_crosses_between_the_two_batchnorms(tmp_path):
+    """FrozenBatchNorm2d's state dict lacks BatchNorm2d's num_batches_tracked: a warm start (and
+    the checkpoint of either kind) still loads every weight and statistic."""
+    from rambo.harness.checkpoint import save_checkpoint
+    from rambo.detection.warm_start import load_initial_weights
+
+    frozen, _ = pretrained_detector(tmp_path, "frozen_batchnorm")
+    with torch.no_grad():
+        frozen.backbone.body.layer3[0].bn1.weight.mul_(3.0)  # a FrozenBatchNorm2d buffer
+    save_checkpoint({"state": {"model": frozen.state_dict()}}, tmp_path / "frozen.pt")
+    trainable, _ = pretrained_detector(tmp_path, "bn_eval_mode_affine_trainable")
+    load_initial_weights(trainable, tmp_path / "frozen.pt")
+    for key, value in frozen.state_dict().items():
+        torch.testing.assert_close(trainable.state_dict()[key], value)
+    save_checkpoint({"state": {"model": trainable.state_dict()}}, tmp_path / "trainable.pt")
+    load_initial_weights(frozen, tmp_path / "trainable.pt")

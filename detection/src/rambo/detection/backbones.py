@@ -8,9 +8,22 @@ weights for it are open-mmlab's file (:data:`OPEN_MMLAB_RESNEXT101_32X4D`), whos
 
 Weights are never downloaded here: they come from ``weights_path`` or from the torchvision cache
 (``torch.hub.get_dir()/checkpoints``); when neither has them the error says how to get them.
-Normalisation: with ImageNet weights the usual FrozenBatchNorm2d (the statistics of a batch of 8
-detection images are poor); with random initialisation ordinary BatchNorm2d, because frozen
-statistics of a random network (mean 0, var 1) let activations blow up (R50 gave NaN at iteration 2).
+Normalisation with ImageNet weights (``backbone_norm``, :data:`BACKBONE_NORMS`):
+
+* ``bn_eval_mode_affine_trainable`` (the default, mmdetection's ResNet with ``norm_eval=True`` and
+  ``norm_cfg=dict(type='BN', requires_grad=True)``): :class:`EvalModeBatchNorm2d`, ordinary
+  BatchNorm2d that stays in eval mode whatever ``model.train()`` says, so the ImageNet running
+  statistics are used and never updated, while its affine weight and bias train in the stages that
+  are not frozen (``trainable_layers``; mmdetection's ``frozen_stages=1`` freezes the stem and
+  ``layer1`` entirely, BatchNorm affine included). Statistics that never change need no SyncBN
+  under DDP.
+* ``frozen_batchnorm``: torchvision's FrozenBatchNorm2d, statistics *and* affine frozen everywhere
+  (torchvision's detection models; this project's behaviour before the option existed). Its state
+  dict has no ``num_batches_tracked`` entries; :mod:`.warm_start` ignores that difference.
+
+With random initialisation ordinary, training BatchNorm2d whatever ``backbone_norm`` says, because
+frozen statistics of a random network (mean 0, var 1) let activations blow up (R50 gave NaN at
+iteration 2).
 """
 
 from __future__ import annotations
@@ -32,6 +45,22 @@ TORCHVISION_WEIGHTS = {
     "resnet101": resnet.ResNet101_Weights.IMAGENET1K_V1,
 }
 BACKBONES = ("resnet18", "resnet50", "resnet101", "resnext101_32x4d")
+BACKBONE_NORMS = ("bn_eval_mode_affine_trainable", "frozen_batchnorm")
+
+
+class EvalModeBatchNorm2d(nn.BatchNorm2d):
+    """``BatchNorm2d`` that is always in eval mode: ``train(True)`` (which ``model.train()`` calls on
+    every submodule) leaves it in eval mode, so it normalises with its running statistics and never
+    updates them (``num_batches_tracked`` stays as loaded). Its weight and bias are ordinary
+    parameters (trainable unless ``requires_grad`` is switched off). State-dict keys are
+    ``BatchNorm2d``'s."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.training = False  # from construction on, not only after the first train()/eval()
+
+    def train(self, mode: bool = True):
+        return super().train(False)
 
 
 def build_resnet(name: str, norm_layer=nn.BatchNorm2d) -> resnet.ResNet:
@@ -97,22 +126,31 @@ def build_backbone(
     weights_path: str | None = None,
     trainable_layers: int = 3,
     fpn_channels: int = 256,
+    backbone_norm: str = "bn_eval_mode_affine_trainable",
 ) -> BackboneWithFPN:
     """ResNet + FPN over ``layer1..layer4`` (plus the max-pool level), as torchvision's Faster R-CNN.
 
-    ``trainable_layers`` counts from the top (``layer4`` first) and applies to pretrained
-    networks; a randomly initialised network trains every layer (nothing to preserve).
+    ``trainable_layers`` counts from the top (``layer4`` first; 5 adds the stem, ``conv1`` and
+    ``bn1``) and applies to pretrained networks, every parameter of the other stages frozen
+    (BatchNorm affine included); a randomly initialised network trains every layer (nothing to
+    preserve). ``backbone_norm``: the pretrained network's BatchNorm (module docstring).
     """
     if not 0 <= trainable_layers <= 5:
         raise ValueError(f"trainable_layers must be in 0..5, got {trainable_layers}")
+    if backbone_norm not in BACKBONE_NORMS:
+        raise ValueError(f"backbone_norm must be one of {BACKBONE_NORMS}, got {backbone_norm!r}")
     if pretrained:
-        # Load into ordinary BatchNorm first, then freeze: FrozenBatchNorm2d takes the same keys.
-        network = build_resnet(name, nn.BatchNorm2d)
-        load_imagenet_weights(network, name, weights_path)
-        frozen = build_resnet(name, FrozenBatchNorm2d)
-        frozen.load_state_dict({k: v for k, v in network.state_dict().items() if not k.endswith("num_batches_tracked")})
-        network = frozen
-        trainable = ["layer4", "layer3", "layer2", "layer1", "conv1"][:trainable_layers]
+        if backbone_norm == "bn_eval_mode_affine_trainable":
+            network = build_resnet(name, EvalModeBatchNorm2d)
+            load_imagenet_weights(network, name, weights_path)
+        else:
+            # Load into ordinary BatchNorm first, then freeze: FrozenBatchNorm2d takes the same keys.
+            network = build_resnet(name, nn.BatchNorm2d)
+            load_imagenet_weights(network, name, weights_path)
+            frozen = build_resnet(name, FrozenBatchNorm2d)
+            frozen.load_state_dict({k: v for k, v in network.state_dict().items() if not k.endswith("num_batches_tracked")})
+            network = frozen
+        trainable = ["layer4", "layer3", "layer2", "layer1", "conv1", "bn1"][: trainable_layers + (trainable_layers == 5)]
         for parameter_name, parameter in network.named_parameters():
             if not any(parameter_name.startswith(layer) for layer in trainable):
                 parameter.requires_grad_(False)

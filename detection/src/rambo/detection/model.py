@@ -31,6 +31,7 @@ def build_detector(model, loss, num_classes: int) -> FasterRCNN:
     backbone = build_backbone(
         model["backbone"], pretrained=model["pretrained"], weights_path=model.get("weights_path"),
         trainable_layers=model["trainable_layers"], fpn_channels=model["fpn_channels"],
+        backbone_norm=model.get("backbone_norm", "bn_eval_mode_affine_trainable"),
     )
     # One anchor size per FPN level (P2..P6) and three aspect ratios, as torchvision's default.
     anchor_sizes = tuple((int(size),) for size in model["anchor_sizes"])

@@ -16,13 +16,15 @@ from rambo.harness.checkpoint import load_checkpoint
 from rambo.harness.download import md5_of
 
 LOSS_PREFIX = "roi_heads.classifier_loss."  # the loss module's own state (a score memory), not weights
+BN_COUNTER = "num_batches_tracked"  # a BatchNorm2d buffer that FrozenBatchNorm2d lacks
 
 
 def load_initial_weights(model: torch.nn.Module, path: str | Path) -> str:
     """Copy the model weights of checkpoint ``path`` into ``model``; return the file's MD5.
 
     Every weight must match by name and shape, except the classifier loss's state (a RaMBO run may
-    start from a cross-entropy run). ``FileNotFoundError`` / ``ValueError`` name the problem.
+    start from a cross-entropy run) and BatchNorm's ``num_batches_tracked`` counters (present in
+    BatchNorm2d, absent in FrozenBatchNorm2d: ``model.backbone_norm`` may differ between the runs). ``FileNotFoundError`` / ``ValueError`` name the problem.
     """
     path = Path(path)
     if not path.is_file():
@@ -40,7 +42,10 @@ def load_initial_weights(model: torch.nn.Module, path: str | Path) -> str:
         missing, unexpected = model.load_state_dict(weights, strict=False)
     except RuntimeError as error:  # shapes that differ (another backbone or number of classes)
         raise ValueError(f"{path} does not fit this model: {str(error).splitlines()[0]}") from error
-    missing = [key for key in missing if not key.startswith(LOSS_PREFIX)]
+    # BatchNorm2d holds num_batches_tracked, FrozenBatchNorm2d does not (model.backbone_norm): a
+    # counter that neither normalises nor trains, so a warm start may cross between the two
+    missing = [key for key in missing if not key.startswith(LOSS_PREFIX) and not key.endswith(BN_COUNTER)]
+    unexpected = [key for key in unexpected if not key.endswith(BN_COUNTER)]
     if missing or unexpected:
         raise ValueError(f"{path} does not fit this model: missing {missing[:5]}, unexpected {unexpected[:5]}")
     return md5_of(path)
