@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torchvision.models.detection.roi_heads import RoIHeads
 from torchvision.ops import box_iou
@@ -9,13 +10,14 @@ from torchvision.ops import box_iou
 import rambo.detection
 from rambo.detection.model import build_classifier_loss, build_detector
 from rambo.detection.rank_classifier_loss import RankClassifierLoss
-from rambo.detection.roi_heads import ConfigurableLossRoIHeads
+from rambo.detection.roi_heads import ConfigurableLossRoIHeads, box_regression_loss
 
 MODEL = OmegaConf.create({
     "backbone": "resnet18", "pretrained": False, "weights_path": None, "trainable_layers": 5, "fpn_channels": 16,
     "representation_size": 32, "min_size": 64, "max_size": 64, "anchor_sizes": [8, 16, 32, 64, 128],
     "rpn_pre_nms_top_n_train": 100, "rpn_post_nms_top_n_train": 50, "rpn_pre_nms_top_n_test": 100,
     "rpn_post_nms_top_n_test": 50, "box_batch_size_per_image": 32, "box_score_thresh": 0.0, "box_detections_per_img": 20,
+    "box_smooth_l1_beta": 1.0 / 9.0,  # torchvision's, so that the parent's losses are the reference
 })
 LOSSES = Path(rambo.detection.__file__).parent / "configs" / "loss"
 
@@ -57,6 +59,54 @@ def test_ce_configuration_reproduces_torchvision_losses_exactly():
     assert parent.keys() == child.keys() == {"loss_classifier", "loss_box_reg"}
     for key in parent:
         torch.testing.assert_close(child[key], parent[key])
+
+
+def brute_force_box_loss(box_regression, labels, targets, beta):
+    """mmdetection v1's bbox loss by its definition: for each positive sampled RoI, smooth L1
+    (0.5 d^2 / beta if |d| < beta else |d| - 0.5 beta) of its ground-truth class's 4 deltas against
+    the targets, summed, divided by avg_factor = the number of sampled RoIs."""
+    total = 0.0
+    for i in range(len(labels)):
+        if int(labels[i]) == 0:
+            continue
+        for k in range(4):
+            d = abs(float(box_regression[i, 4 * int(labels[i]) + k]) - float(targets[i, k]))
+            total += 0.5 * d * d / beta if d < beta else d - 0.5 * beta
+    return total / len(labels)
+
+
+@pytest.mark.parametrize("beta", [1.0, 1.0 / 9.0, 0.3])
+def test_box_regression_loss_is_smooth_l1_over_positive_rois_by_brute_force(beta):
+    torch.manual_seed(3)
+    labels = torch.tensor([0, 2, 1, 0, 3, 2, 0])
+    box_regression = 2.0 * torch.randn(7, 4 * 4)  # deltas on both sides of beta
+    targets = torch.randn(7, 4)
+    value = box_regression_loss(box_regression, labels, targets, beta)
+    assert float(value) == pytest.approx(brute_force_box_loss(box_regression, labels, targets, beta), rel=1e-6)
+    assert float(box_regression_loss(box_regression, torch.zeros(7, dtype=torch.long), targets, beta)) == 0.0
+
+
+def test_the_configs_box_loss_is_mmdetections_beta_1():
+    """model.box_smooth_l1_beta = 1.0 in every model config (mmdetection v1's SmoothL1Loss(beta=1.0));
+    the heads' training loss is then the brute-force loss of their own sampled RoIs."""
+    for name in ("mini", "tiny", "resnet50", "resnet101", "resnext101_32x4d"):
+        with initialize_config_dir(config_dir=str(LOSSES.parent), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=[f"model={name}"])
+        assert cfg.model.box_smooth_l1_beta == 1.0, name
+    torch.manual_seed(0)
+    model = OmegaConf.merge(MODEL, {"box_smooth_l1_beta": 1.0})
+    detector = build_detector(model, CE, num_classes=3).train()
+    assert detector.roi_heads.box_smooth_l1_beta == 1.0
+    features, proposals, sizes, targets = heads_inputs(detector)
+    heads = detector.roi_heads
+    torch.manual_seed(1)
+    sampled, _, labels, regression_targets = heads.select_training_samples([p.clone() for p in proposals], targets)
+    _, box_regression = heads.box_predictor(heads.box_head(heads.box_roi_pool(features, sampled, sizes)))
+    expected = brute_force_box_loss(box_regression.detach(), torch.cat(labels), torch.cat(regression_targets), 1.0)
+    torch.manual_seed(1)
+    _, losses = heads(features, proposals, sizes, targets)
+    assert (torch.cat(labels) > 0).sum() >= 3 and expected > 0  # positives (the ground truth joins the proposals)
+    assert losses["loss_box_reg"].item() == pytest.approx(expected, rel=1e-5)
 
 
 def test_rambo_configuration_changes_only_the_classifier_loss():

@@ -25,8 +25,9 @@ def build_detector(model, loss, num_classes: int) -> FasterRCNN:
     """Faster R-CNN + FPN from the ``model`` and ``loss`` config groups (see ``configs/``).
 
     ``num_classes``: C object classes; the predictor has C + 1 outputs (torchvision: background 0).
-    The RPN, the box head and the box-regression loss are torchvision's; only the classifier loss
-    of the RoI heads is swapped (:class:`ConfigurableLossRoIHeads`).
+    The RPN and the box head are torchvision's; the RoI heads (:class:`ConfigurableLossRoIHeads`)
+    swap the classifier loss and take the box loss's smooth-L1 beta from ``model.box_smooth_l1_beta``
+    (mmdetection's 1.0 when absent; torchvision's is 1/9).
     """
     backbone = build_backbone(
         model["backbone"], pretrained=model["pretrained"], weights_path=model.get("weights_path"),
@@ -62,5 +63,6 @@ def build_detector(model, loss, num_classes: int) -> FasterRCNN:
         # detections are ranked by the score the classifier loss trained (see ConfigurableLossRoIHeads)
         score_function=loss["score_function"],
         candidates_per_image=10 * model["box_detections_per_img"],
+        box_smooth_l1_beta=model.get("box_smooth_l1_beta", 1.0),
     )
     return detector

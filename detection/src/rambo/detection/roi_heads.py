@@ -1,8 +1,15 @@
-"""RoI heads whose classifier loss is chosen by config; box regression stays torchvision's.
+"""RoI heads whose classifier loss is chosen by config, and whose box-regression loss is smooth L1
+with a configurable beta.
 
-:class:`ConfigurableLossRoIHeads` subclasses torchvision's ``RoIHeads`` and replaces only the
+:class:`ConfigurableLossRoIHeads` subclasses torchvision's ``RoIHeads`` and replaces the
 classification term of the training loss: proposals are sampled, pooled and classified exactly as
-in the parent, and the box-regression loss is torchvision's own ``fastrcnn_loss`` term. Inference
+in the parent. The box-regression term (:func:`box_regression_loss`) is torchvision's
+``fastrcnn_loss`` term with ``beta`` as a parameter: the sum over the positive RoIs' 4 encoded
+coordinates (of their ground-truth class) of smooth L1, divided by the number of sampled RoIs of
+the batch. That is mmdetection v1's ``loss_bbox`` too (``SmoothL1Loss(beta=1.0, loss_weight=1.0)``
+with ``avg_factor = bbox_targets.size(0)``, the sampled RoIs; target stds 0.1/0.1/0.2/0.2 =
+torchvision's box-coder weights 10/10/5/5); the two differ only in beta: mmdetection 1.0,
+torchvision 1/9 (``model.box_smooth_l1_beta``). Inference
 is the parent's, except for the score that ranks detections, which must be the score the loss
 trained (``score_function``): the softmax probability for cross-entropy, the object-class logit
 for the rank loss. Nothing in torchvision is patched.
@@ -17,10 +24,24 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torchvision.models.detection.roi_heads import RoIHeads, fastrcnn_loss
+from torchvision.models.detection.roi_heads import RoIHeads
 from torchvision.ops import boxes as box_ops
 
 SCORE_FUNCTIONS = ("softmax", "logit")
+TORCHVISION_BOX_BETA = 1.0 / 9.0  # torchvision fastrcnn_loss; mmdetection v1's bbox head uses 1.0
+
+
+def box_regression_loss(box_regression: torch.Tensor, labels: torch.Tensor, regression_targets: torch.Tensor,
+                        beta: float) -> torch.Tensor:  # fmt: skip
+    """``box_regression [N, 4 (C+1)]``, ``labels [N]`` (0 background), ``regression_targets [N, 4]`` ->
+    ``sum over positive RoIs i of smooth_l1_beta(box_regression[i, labels[i]] - target_i) / N``
+    (module docstring). Fixed shapes, no host read: every RoI's own-class prediction is gathered and
+    the background rows are masked out."""
+    count = labels.numel()
+    predicted = box_regression.reshape(count, -1, 4)
+    predicted = predicted.gather(1, labels.long().view(count, 1, 1).expand(count, 1, 4)).squeeze(1)
+    per_roi = F.smooth_l1_loss(predicted, regression_targets, beta=beta, reduction="none").sum(dim=1)
+    return torch.where(labels > 0, per_roi, 0.0).sum() / max(count, 1)
 
 
 class CrossEntropyClassifierLoss(torch.nn.Module):
@@ -42,7 +63,8 @@ class CrossEntropyClassifierLoss(torch.nn.Module):
 class ConfigurableLossRoIHeads(RoIHeads):
     """``RoIHeads`` with ``classifier_loss(class_logits [N, C+1], labels [N])`` in place of CE.
 
-    Takes ``RoIHeads``' arguments plus ``classifier_loss`` and ``score_function``:
+    Takes ``RoIHeads``' arguments plus ``classifier_loss``, ``box_smooth_l1_beta`` (the box loss's
+    beta, torchvision's 1/9 unless given; the configs give mmdetection's 1.0) and ``score_function``:
 
     * ``softmax``: torchvision's post-processing (softmax over C + 1 columns, ``score_thresh``).
     * ``logit``: detections ranked by the object-class logits, the scores a rank loss trains. A
@@ -54,10 +76,13 @@ class ConfigurableLossRoIHeads(RoIHeads):
     """
 
     def __init__(self, *args, classifier_loss: torch.nn.Module, score_function: str = "softmax",
-                 candidates_per_image: int = 1000, **kwargs):
+                 candidates_per_image: int = 1000, box_smooth_l1_beta: float = TORCHVISION_BOX_BETA, **kwargs):
         super().__init__(*args, **kwargs)
         if score_function not in SCORE_FUNCTIONS:
             raise ValueError(f"score_function must be one of {SCORE_FUNCTIONS}, got {score_function!r}")
+        if not box_smooth_l1_beta > 0:
+            raise ValueError(f"box_smooth_l1_beta must be > 0, got {box_smooth_l1_beta}")
+        self.box_smooth_l1_beta = float(box_smooth_l1_beta)
         self.classifier_loss = classifier_loss
         self.score_function = score_function
         self.candidates_per_image = int(candidates_per_image)
@@ -96,7 +121,8 @@ class ConfigurableLossRoIHeads(RoIHeads):
         box_features = self.box_head(self.box_roi_pool(features, proposals, image_shapes))
         class_logits, box_regression = (output.float() for output in self.box_predictor(box_features))
         with torch.autocast(class_logits.device.type, enabled=False):  # the losses in float32 (module docstring)
-            # Box regression: torchvision's own term (its cross-entropy output is discarded).
-            _, loss_box_reg = fastrcnn_loss(class_logits, box_regression, labels, regression_targets)
-            loss_classifier = self.classifier_loss(class_logits, torch.cat(labels, dim=0))
+            labels = torch.cat(labels, dim=0)
+            loss_box_reg = box_regression_loss(box_regression, labels, torch.cat(regression_targets, dim=0),
+                                               self.box_smooth_l1_beta)  # fmt: skip
+            loss_classifier = self.classifier_loss(class_logits, labels)
         return [], {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg}
