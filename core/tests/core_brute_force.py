@@ -115,12 +115,28 @@ def smooth_ranks(y, rel, tau, valid=None):
     return out
 
 
-def recall_at_k_surrogate_row(y, rel, ks=(1, 2, 4, 8, 16), tau1=0.01, tau2=1.0, valid=None) -> float:
+def recall_at_k_surrogate_row(y, rel, ks=(1, 2, 4, 8, 16), tau1=0.01, tau2=1.0, valid=None,
+                              clip_numerator=True) -> float:
+    """``1 - mean_k min(sum_{positives} sigmoid((k - r~) / tau2_k), k) / min(k, |P|)`` (no min: unclipped)."""
     sr = smooth_ranks(y, rel, tau1, valid)
     p = len(sr)
     taus = list(tau2) if isinstance(tau2, (list, tuple)) else [tau2] * len(ks)
-    recalls = [sum(sigmoid((k - a) / t) for a, _ in sr.values()) / min(k, p) for k, t in zip(ks, taus)]
+    recalls = []
+    for k, t in zip(ks, taus):
+        numerator = 0.0
+        for rank_all, _ in sr.values():
+            numerator += sigmoid((k - rank_all) / t)
+        if clip_numerator and numerator > k:
+            numerator = k
+        recalls.append(numerator / min(k, p))
     return 1 - sum(recalls) / len(recalls)
+
+
+def recall_at_k_numerators(y, rel, ks, tau1=0.01, tau2=1.0, valid=None) -> list[float]:
+    """The unclipped relaxed count of positives within the top k, one per k (to check a clip is active)."""
+    sr = smooth_ranks(y, rel, tau1, valid)
+    taus = list(tau2) if isinstance(tau2, (list, tuple)) else [tau2] * len(ks)
+    return [sum(sigmoid((k - a) / t) for a, _ in sr.values()) for k, t in zip(ks, taus)]
 
 
 def smooth_ap_row(y, rel, tau=0.01, valid=None) -> float:

@@ -175,6 +175,73 @@ def test_simix_in_eval_mode_adds_no_mixes():
     assert scores.shape == (6, 6) and not valid.diagonal().any()
 
 
+# ---------------------------------------------------------------- Recall@k numerator clip (official code)
+
+PAPER_KS = (1, 2, 4, 8, 16)  # with tau2 = k, the official --k_temperatures default
+
+
+def top_heavy_rows(positives_per_row, negatives):
+    """One row per entry of ``positives_per_row``: that many relevant items scoring above the
+    negatives, every score 0.03 from the next (10 x tau1 = 0.01), in a random column order. The
+    relaxed ranks of the positives are then about 1, 2, ..., |P|: when |P| > k the relaxed count
+    of positives within the top k, sum_i sigmoid((k - r~(i)) / tau2), can exceed k."""
+    n = max(positives_per_row) + negatives
+    generator = torch.Generator().manual_seed(3)
+    scores = torch.empty(len(positives_per_row), n, dtype=torch.float64)
+    relevant = torch.zeros(len(positives_per_row), n, dtype=torch.bool)
+    for row, positives in enumerate(positives_per_row):
+        order = torch.randperm(n, generator=generator)
+        scores[row, order] = 0.95 - 0.03 * torch.arange(n, dtype=torch.float64)
+        relevant[row, order[:positives]] = True
+    return scores.to(torch.get_default_device()), relevant.to(torch.get_default_device())
+
+
+def clip_is_active(scores, relevant, ks, tau2):
+    return any(
+        numerator > k
+        for s, r in zip(scores.tolist(), relevant.tolist())
+        for numerator, k in zip(bf.recall_at_k_numerators(s, r, ks, tau2=tau2), ks)
+    )
+
+
+@pytest.mark.parametrize(
+    "positives_per_row, active",
+    [((40, 30, 25), True), ((3, 4, 2), False)],  # |P| > k, some top-k sums above k; a few positives
+    ids=["clip active", "clip inactive"],
+)
+def test_recall_at_k_numerator_clip_matches_brute_force(positives_per_row, active):
+    scores, relevant = top_heavy_rows(positives_per_row, negatives=20)
+    assert clip_is_active(scores, relevant, PAPER_KS, PAPER_KS) == active
+    values = {}
+    for clip in (True, False):
+        expected = bf.mean_over_rows(bf.recall_at_k_surrogate_row, scores.tolist(), relevant.tolist(),
+                                     ks=PAPER_KS, tau2=PAPER_KS, clip_numerator=clip)
+        values[clip] = RecallAtKSurrogate(PAPER_KS, 0.01, PAPER_KS, clip_numerator=clip)(scores, relevant).item()
+        assert values[clip] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    if active:
+        assert values[True] > values[False] + 1e-3  # the clip lowers the relaxed recall: a higher loss
+    else:
+        assert values[True] == values[False]
+
+
+def test_a_clipped_recall_term_passes_no_gradient():
+    scores, relevant = top_heavy_rows((40,), negatives=20)
+    assert clip_is_active(scores, relevant, (16,), (16,))  # sum of top-16 sigmoids about 17.4 > 16
+    assert not clip_is_active(scores, relevant, (1,), (1,))
+
+    def gradient(loss):
+        leaf = scores.clone().requires_grad_(True)
+        loss(leaf, relevant).backward()
+        return leaf.grad
+
+    assert torch.equal(gradient(RecallAtKSurrogate((16,), tau2=16)), torch.zeros_like(scores))
+    assert gradient(RecallAtKSurrogate((16,), tau2=16, clip_numerator=False)).abs().sum() > 0
+    # With an unclipped k beside it, only that k's term moves the scores (the mean over 2 ks: half).
+    both = gradient(RecallAtKSurrogate((1, 16), tau2=(1, 16)))
+    assert both.abs().sum() > 0
+    assert torch.allclose(both, 0.5 * gradient(RecallAtKSurrogate((1,), tau2=1)), rtol=1e-12, atol=1e-15)
+
+
 @pytest.mark.parametrize(
     "make, message",
     [
@@ -182,6 +249,7 @@ def test_simix_in_eval_mode_adds_no_mixes():
         (lambda: RecallAtKSurrogate(tau1=0), "temperature"),
         (lambda: RecallAtKSurrogate(ks=(1, 2), tau2=(1, 2, 4)), "one temperature per k"),
         (lambda: RecallAtKSurrogate(ks=(1, 2), tau2=(1, 0)), "temperature"),
+        (lambda: RecallAtKSurrogate(clip_numerator=1), "clip_numerator"),
         (lambda: SmoothAPLoss(tau=-1), "tau"),
         (lambda: FastAPLoss(bins=0), "bins"),
         (lambda: FastAPLoss(score_range=(1, -1)), "score_range"),

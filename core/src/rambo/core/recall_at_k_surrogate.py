@@ -11,20 +11,38 @@ from .surrogate_loss import SurrogateLoss
 
 
 class RecallAtKSurrogate(SurrogateLoss):
-    """``1 - mean_k R~@k`` with ``R~@k = sum_{i relevant} sigmoid((k - r~(i)) / tau2_k) / min(k, |P|)``.
+    """``1 - mean_k R~@k``, ``R~@k = min(sum_{i relevant} sigmoid((k - r~(i)) / tau2_k), k) / min(k, |P|)``.
 
+    The relaxed Recall@k of the Recall@k surrogate paper (Patel, Tolias, Matas, CVPR 2022; its method
+    section: Recall@k with the Heaviside steps of the rank and of the top-k test replaced by sigmoids,
+    averaged over the ks). Only the paper's summary is in shared/papers (no equations): no section
+    or equation number is cited here.
     ``r~(i) = 1 + sum_{j != i} sigmoid((s_j - s_i) / tau1)`` is the sigmoid-relaxed rank of relevant
     item ``i`` among all valid items of the row. The query itself is never in its own row (use
     :func:`rambo.core.pairwise_scores` or SiMix's ``valid`` mask), so it is never its own positive.
+    (The official ``RecallatK.forward`` does rank each positive against the query itself as well, an
+    item above nearly every positive since ``s(q, q) = 1``: about 1 more on every rank. Not done here;
+    a row that keeps the query as a valid, non-relevant item reproduces it.)
+
+    Numerator clip (``clip_numerator``). The exact count of positives within the top k never exceeds
+    k; its relaxation, a sum of sigmoids over the positives, can when a row has more than k of them.
+    The official code (yash0307/RecallatK_surrogate, src/losses.py@416ea278ad45c6f5b03e66779e417cd66cbb1410,
+    ``RecallatK.forward``) clips it, per k, with ``torch.minimum(recall, k)`` before dividing by
+    ``min(k, |P|)``; a clipped term is constant, so it passes no gradient. Whether the paper states
+    the clip is not checked (its text is not here).
 
     Args:
         ks: the k of the averaged Recall@k terms (paper: 1, 2, 4, 8, 16).
         tau1: temperature of the rank relaxation (paper: 0.01).
         tau2: temperature of the top-k relaxation: one number for every k, or one per k (the
-            official code's ``--k_temperatures`` default is ``[1, 2, 4, 8, 16]``: ``tau2_k = k``).
+            official code's ``--k_temperatures`` default was ``[1, 2, 4, 8, 16]``, ``tau2_k = k``,
+            until src/main.py@ed052029 (Nov 2024), which sets ``[1] * len(k_vals)``).
+        clip_numerator: clip each k's relaxed numerator at k, as the official code (default). False:
+            unclipped (this class before the clip was added).
     """
 
-    def __init__(self, ks=(1, 2, 4, 8, 16), tau1: float = 0.01, tau2: float | Sequence[float] = 1.0):
+    def __init__(self, ks=(1, 2, 4, 8, 16), tau1: float = 0.01, tau2: float | Sequence[float] = 1.0,
+                 clip_numerator: bool = True):
         super().__init__()
         if not ks or any(int(k) != k or k < 1 for k in ks):
             raise ValueError(f"ks must be positive integers, got {ks}")
@@ -35,6 +53,9 @@ class RecallAtKSurrogate(SurrogateLoss):
             raise ValueError(f"temperatures must be > 0, got tau1={tau1}, tau2={tau2}")
         self.ks = tuple(int(k) for k in ks)
         self.tau1, self.tau2 = float(tau1), per_k
+        if not isinstance(clip_numerator, bool):
+            raise ValueError(f"clip_numerator must be True or False, got {clip_numerator!r}")
+        self.clip_numerator = clip_numerator
 
     def row_losses(self, scores, relevant, valid):
         rank_all, _, mask = sigmoid_ranks_of_relevant(scores, relevant, self.tau1, valid)
@@ -42,8 +63,10 @@ class RecallAtKSurrogate(SurrogateLoss):
         recalls = []
         for k, tau2 in zip(self.ks, self.tau2):
             in_top_k = torch.where(mask, torch.sigmoid((k - rank_all) / tau2), 0.0).sum(-1)
+            if self.clip_numerator:  # torch.minimum as the official code (at a tie, half the gradient)
+                in_top_k = torch.minimum(in_top_k, in_top_k.new_full((), k))
             recalls.append(in_top_k / positives.clamp(max=k).clamp(min=1))
         return 1.0 - torch.stack(recalls).mean(0)
 
     def extra_repr(self) -> str:
-        return f"ks={self.ks}, tau1={self.tau1}, tau2={self.tau2}"
+        return f"ks={self.ks}, tau1={self.tau1}, tau2={self.tau2}, clip_numerator={self.clip_numerator}"
