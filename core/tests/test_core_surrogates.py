@@ -242,6 +242,93 @@ def test_a_clipped_recall_term_passes_no_gradient():
     assert torch.allclose(both, 0.5 * gradient(RecallAtKSurrogate((1,), tau2=1)), rtol=1e-12, atol=1e-15)
 
 
+# ---------------------------------------------------------------- SiMix: every same-class pair once (official)
+
+def brute_force_simix_pairs(labels):
+    """Loops over the classes and over each class's pairs of members, each pair once."""
+    pairs = []
+    for label in sorted(set(labels)):
+        members = [i for i, other in enumerate(labels) if other == label]
+        for x in range(len(members)):
+            for y in range(x + 1, len(members)):
+                pairs.append((members[x], members[y]))
+    return pairs
+
+
+def brute_force_simix_batch(embeddings, labels, pairs, weights):
+    """The extended batch as lists: unit originals then ``w e_a + (1 - w) e_b`` per pair (not
+    re-normalised), each with its class and its set of source items."""
+    unit = [[v / sum(u * u for u in row) ** 0.5 for v in row] for row in embeddings]
+    items = [(unit[i], labels[i], {i}) for i in range(len(unit))]
+    for (a, b), w in zip(pairs, weights):
+        items.append(([w * u + (1 - w) * v for u, v in zip(unit[a], unit[b])], labels[a], {a, b}))
+    return items
+
+
+def brute_force_simix_loss(items, **kwargs):
+    rows = []
+    for vector, label, sources in items:  # every item is a query: originals and mixes
+        scores = [sum(u * v for u, v in zip(vector, other)) for other, _, _ in items]
+        valid = [not (sources & other_sources) for _, _, other_sources in items]
+        relevant = [other_label == label for _, other_label, _ in items]
+        if any(r and v for r, v in zip(relevant, valid)):
+            rows.append(bf.recall_at_k_surrogate_row(scores, relevant, valid=valid, **kwargs))
+    return sum(rows) / len(rows)
+
+
+def test_simix_default_mixes_every_same_class_pair_once():
+    labels = [0, 1, 0, 2, 1, 0, 1, 3, 0, 1, 2]  # classes of 4, 4, 2 and 1, interleaved
+    b = len(labels)
+    embeddings = torch.randn(b, 5, dtype=torch.float64)
+    seed = 7
+    simix = SiMix(RecallAtKSurrogate(), generator=torch.Generator(torch.get_default_device()).manual_seed(seed))
+    assert simix.mixes is None
+    scores, relevant, valid = simix.mixed_batch(embeddings, torch.tensor(labels))
+
+    pairs = brute_force_simix_pairs(labels)
+    assert len(pairs) == 6 + 6 + 1 + 0  # C(4, 2) per class of 4, C(2, 2), none for a singleton
+    assert scores.shape == (b + len(pairs), b + len(pairs))
+    # Each mixed item's sources are the originals it may not rank: the set of mixed pairs, each once.
+    mixed_sources = [tuple(c for c in range(b) if not valid[b + m, c]) for m in range(len(pairs))]
+    assert sorted(mixed_sources) == sorted(pairs) and len(set(mixed_sources)) == len(pairs)
+    # One weight per pair in [0, 1), the generator's draws, pairs in (a, b) order.
+    weights = torch.rand(len(pairs), generator=torch.Generator(torch.get_default_device()).manual_seed(seed),
+                         dtype=torch.float64).tolist()
+    assert all(0 <= w < 1 for w in weights) and len(set(weights)) == len(weights)
+    items = brute_force_simix_batch(embeddings.tolist(), labels, sorted(pairs), weights)
+    assert mixed_sources == sorted(pairs)
+    expected_scores = [[sum(u * v for u, v in zip(x, y)) for y, _, _ in items] for x, _, _ in items]
+    assert torch.allclose(scores.cpu(), torch.tensor(expected_scores, dtype=torch.float64), rtol=0, atol=1e-12)
+    assert relevant.tolist() == [[x == y for _, y, _ in items] for _, x, _ in items]
+    assert valid.tolist() == [[not (x & y) for _, _, y in items] for _, _, x in items]
+
+    simix = SiMix(RecallAtKSurrogate(), generator=torch.Generator(torch.get_default_device()).manual_seed(seed))
+    leaf = embeddings.clone().requires_grad_(True)
+    value = simix(leaf, torch.tensor(labels))
+    assert value.item() == pytest.approx(brute_force_simix_loss(items), rel=1e-9)
+    value.backward()
+    assert leaf.grad.abs().sum() > 0
+
+
+def test_simix_with_a_count_draws_that_many_random_pairs_and_zero_none():
+    labels = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    scores, _, valid = SiMix(RecallAtKSurrogate(), mixes=20).mixed_batch(torch.randn(8, 3), labels)
+    assert scores.shape == (28, 28)
+    assert all((~valid[8 + m, :8]).sum() == 2 for m in range(20))  # each a pair of two originals
+    scores, _, _ = SiMix(RecallAtKSurrogate(), mixes=0).mixed_batch(torch.randn(8, 3), labels)
+    assert scores.shape == (8, 8)
+
+
+def test_simix_every_pair_at_batch_4000():
+    """The paper's batch: 1000 classes of 4 -> 6000 mixed items of dim 512, built without loops over pairs."""
+    labels = torch.arange(1000).repeat_interleave(4)
+    embeddings = torch.randn(4000, 512)
+    scores, relevant, valid = SiMix(RecallAtKSurrogate()).mixed_batch(embeddings, labels)
+    assert scores.shape == relevant.shape == valid.shape == (10_000, 10_000)
+    assert int(relevant[:4000, 4000:].sum()) == 4000 * 6  # each original: its class's 6 mixes
+    assert int((~valid[4000:, :4000]).sum()) == 6000 * 2  # each mix: its 2 sources
+
+
 @pytest.mark.parametrize(
     "make, message",
     [

@@ -11,22 +11,32 @@ from .pairwise import check_labels
 class SiMix(torch.nn.Module):
     """Wraps a loss called as ``loss(scores, relevant, valid)``; call as ``simix(embeddings, labels)``.
 
-    ``mixes`` same-class pairs ``(a, b)`` of the batch are drawn uniformly, each with a weight
-    ``w ~ U(0, 1)``. A mixed item's similarity to any item ``c`` is ``w s(a, c) + (1 - w) s(b, c)``
-    (and bilinearly between two mixed items): the *similarities* are mixed, which for cosine scores
-    equals the dot product with the unnormalised mixed embedding ``w e_a + (1 - w) e_b``. The mixed
-    items act both as queries and as gallery items, labelled with their pair's class. An item never
-    ranks itself, nor any item that shares one of its source elements (so a query is never its own
-    positive, not even through a mix it took part in).
+    Pairs. ``mixes=None`` (default): every same-class pair ``(a, b)``, ``a < b``, of the batch once,
+    as the official code (yash0307/RecallatK_surrogate, src/mixup.py@275cc0de52e364cedb8a8e9bdedebde7780b18e2,
+    ``pos_mixup``: all C(m, 2) pairs of each class's m samples, C(4, 2) = 6 per class of 4, so 1.5 x
+    the batch at 4 per class). ``mixes=M``: M pairs drawn uniformly, with replacement, from those.
+    Each mixed item has its own weight ``w ~ U(0, 1)`` (the official code: ``np.random.rand()`` per
+    pair), drawn from ``generator``.
+
+    A mixed item's similarity to any item ``c`` is ``w s(a, c) + (1 - w) s(b, c)`` (and bilinearly
+    between two mixed items): the *similarities* are mixed, which for cosine scores equals the dot
+    product with the mixed embedding ``w e_a + (1 - w) e_b`` of the unit embeddings, not re-normalised
+    (as the official code, whose loss takes dot products of the mixed embeddings). The mixed items act
+    both as queries and as gallery items, labelled with their pair's class (as the official code,
+    which appends them to the batch and takes every item of the extended batch as a query). An item
+    never ranks itself, nor any item that shares one of its source elements (so a query is never its
+    own positive, not even through a mix it took part in).
 
     Args:
-        loss: e.g. :class:`RecallAtKSurrogate`. mixes: number of mixed items (default: batch size).
+        loss: e.g. :class:`RecallAtKSurrogate`.
+        mixes: ``None``: every same-class pair once (official); an integer: that many random pairs.
+        generator: for the pair draws and the weights (default: torch's global CPU generator).
     """
 
     def __init__(self, loss: torch.nn.Module, mixes: int | None = None, generator: torch.Generator | None = None):
         super().__init__()
         if mixes is not None and (isinstance(mixes, bool) or int(mixes) != mixes or mixes < 0):
-            raise ValueError(f"mixes must be an integer >= 0 (or None: as many as the batch size), got {mixes!r}")
+            raise ValueError(f"mixes must be an integer >= 0 (or None: every same-class pair once), got {mixes!r}")
         self.loss = loss
         self.mixes = None if mixes is None else int(mixes)
         self.generator = generator
@@ -36,26 +46,37 @@ class SiMix(torch.nn.Module):
         check_labels(embeddings, labels)
         b = embeddings.shape[0]
         unit = F.normalize(embeddings, dim=1)
-        same = (labels.unsqueeze(1) == labels.unsqueeze(0)).triu(diagonal=1)
-        pairs = same.nonzero()  # [num_pairs, 2]
+        pairs = (labels.unsqueeze(1) == labels.unsqueeze(0)).triu(diagonal=1).nonzero()  # [num_pairs, 2], a < b
         sources = torch.stack([torch.arange(b, device=labels.device)] * 2, dim=1)  # originals: (i, i)
         items, item_labels = unit, labels
-        if self.training and pairs.shape[0] and (self.mixes is None or self.mixes > 0):
-            mixes = b if self.mixes is None else self.mixes
+        if self.training and pairs.shape[0] and self.mixes != 0:
             # Drawn where the generator lives (the global CPU generator when none is given), whatever
             # torch's default device: the same draws on the CPU and on a GPU.
             draw_on = self.generator.device if self.generator is not None else torch.device("cpu")
-            pick = torch.randint(pairs.shape[0], (mixes,), generator=self.generator, device=draw_on).to(pairs.device)
-            chosen = pairs[pick]
-            weight = torch.rand(mixes, 1, generator=self.generator, dtype=unit.dtype, device=draw_on).to(unit.device)
+            if self.mixes is None:
+                chosen = pairs
+            else:
+                pick = torch.randint(pairs.shape[0], (self.mixes,), generator=self.generator, device=draw_on)
+                chosen = pairs[pick.to(pairs.device)]
+            weight = torch.rand(chosen.shape[0], 1, generator=self.generator, dtype=unit.dtype, device=draw_on)
+            weight = weight.to(unit.device)
             mixed = weight * unit[chosen[:, 0]] + (1 - weight) * unit[chosen[:, 1]]
             items = torch.cat([unit, mixed])
             item_labels = torch.cat([labels, labels[chosen[:, 0]]])
             sources = torch.cat([sources, chosen])
         scores = items @ items.transpose(0, 1)
         relevant = item_labels.unsqueeze(1) == item_labels.unsqueeze(0)
-        shares = (sources.unsqueeze(1).unsqueeze(3) == sources.unsqueeze(0).unsqueeze(2)).flatten(2).any(-1)
+        # Items x and y share a source when any of x's two equals any of y's: four [N, N] comparisons
+        # ORed in place (at most two [N, N] bool tensors alive, not one [N, N, 2, 2]).
+        first, second = sources[:, 0], sources[:, 1]
+        shares = first.unsqueeze(1) == first.unsqueeze(0)
+        shares |= first.unsqueeze(1) == second.unsqueeze(0)
+        shares |= second.unsqueeze(1) == first.unsqueeze(0)
+        shares |= second.unsqueeze(1) == second.unsqueeze(0)
         return scores, relevant, ~shares
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return self.loss(*self.mixed_batch(embeddings, labels))
+
+    def extra_repr(self) -> str:
+        return f"mixes={'every same-class pair once' if self.mixes is None else self.mixes}"
