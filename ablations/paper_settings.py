@@ -16,6 +16,11 @@ later entry of the same key replaces an earlier one) are compared with the resol
 
 Anything else, and a key the config does not have, is drift: the check fails and names it.
 
+Every entry records what the paper states (``paper_value``: the value in the entry's own terms,
+or ``not stated``) and, where a reference implementation is followed or departed from, what that
+code does (``code_value``, optional). An entry whose ``value`` differs from either must be a
+``deviation`` (issue 30: before, an entry could differ from the paper silently, as the CE rows'
+batch and learning rate did); a ``deviation`` whose value differs from neither is a stale row.
 Every entry with a ``deviation`` (a setting the project deliberately does differently) names its
 row of the README's deviations table (``readme_row``, the row's first cell); a row that is not
 there fails the check as well, so the table cannot lose a deviation the ledger keeps.
@@ -36,6 +41,7 @@ LEDGER = Path(__file__).resolve().parent / "paper_settings.yaml"
 README = Path(__file__).resolve().parents[1] / "README.md"
 DEVIATIONS_HEADING = "## Deviations from the paper and the authors' code"
 MISSING = object()
+NOT_STATED = "not stated"  # the paper_value of a setting the paper does not state
 # The paper experiments of each app, as globs over its configs/experiment/ files, and the overrides
 # that compose them the way the paper profile's stages do.
 APPS = {
@@ -174,6 +180,30 @@ def all_entries(ledger: dict):
                 yield app, entry
 
 
+def undeclared_deviations(ledger: dict) -> list[str]:
+    """One line per entry that breaks the paper_value / code_value rule (module docstring): no
+    ``paper_value``; a value that differs from the paper's or the code's without a ``deviation``;
+    a ``deviation`` that differs from neither."""
+    problems = []
+    for app, entry in all_entries(ledger):
+        key, value = entry["key"], entry.get("value")
+        if "paper_value" not in entry:
+            problems.append(f"{app}: {key} records no paper_value (the paper's stated value, or {NOT_STATED!r})")
+            continue
+        differs = []
+        if entry["paper_value"] != NOT_STATED and not same(value, entry["paper_value"]):
+            differs.append(f"the paper's {entry['paper_value']!r}")
+        if "code_value" in entry and not same(value, entry["code_value"]):
+            differs.append(f"the code's {entry['code_value']!r}")
+        if differs and "deviation" not in entry:
+            problems.append(f"{app}: {key} is {value!r}, not {' or '.join(differs)}, and is not marked a deviation")
+        elif not differs and "deviation" in entry:
+            paper = "not stated by the paper" if entry["paper_value"] == NOT_STATED else "the paper's"
+            code = "the code's" if "code_value" in entry else "no code_value recorded"
+            problems.append(f"{app}: {key} is marked a deviation, but its value {value!r} is {paper} ({code})")
+    return problems
+
+
 def readme_deviation_rows(readme: str) -> set[str]:
     """The first cells of the rows of the README's deviations table."""
     if DEVIATIONS_HEADING not in readme:
@@ -205,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ledger = load_ledger(args.ledger)
     findings = check(ledger)
-    rows = missing_deviation_rows(ledger, args.readme.read_text())
+    rows = missing_deviation_rows(ledger, args.readme.read_text()) + undeclared_deviations(ledger)
     for line in rows:
         print(line)
     drift = [f for f in findings if f.kind in ("drift", "missing")]
@@ -214,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         print(finding.line())
     print(f"ledger check: {len(drift)} drifted, {len(opened)} open (known, not fixed yet), "
           f"{sum(f.kind == 'code' for f in findings)} decided in code; "
-          f"{sum('deviation' in e for _, e in all_entries(ledger))} deviations kept, {len(rows)} missing from the README")  # fmt: skip
+          f"{sum('deviation' in e for _, e in all_entries(ledger))} deviations kept, {len(rows)} undeclared or missing from the README")  # fmt: skip
     return 1 if drift or rows else 0
 
 

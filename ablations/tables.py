@@ -112,10 +112,16 @@ def format_cell(cell: dict) -> str:
 def build_table(table: Table, runs: Path, run_map: dict, seeds: list[int]) -> dict:
     rows = [{"label": label, "cells": [collect_cell(c, runs, run_map, seeds) for c in cells]}
             for label, cells in table.rows]  # fmt: skip
-    return {"key": table.key, "title": table.title, "columns": list(table.columns), "rows": rows, "note": table.note}
+    built = {"key": table.key, "title": table.title, "columns": list(table.columns), "rows": rows, "note": table.note}
+    if table.show_runs:
+        built["runs"] = {column: [row["cells"][i]["experiment"] for row in rows if row["cells"][i]["experiment"]]
+                         for i, column in enumerate(table.columns)}  # fmt: skip
+    return built
 
 
-def markdown(built: dict, profile: str, labels: dict, seeds: list[int]) -> str:
+def markdown(built: dict, profile: str, labels: dict, seeds: list[int], notes: dict | None = None) -> str:
+    """One table in markdown; ``notes`` (params ``tables.notes``) adds a profile's own note to a table."""
+    notes = notes or {}
     ran = sorted({c["dataset"] for r in built["rows"] for c in r["cells"] if c["status"] == "ok"})
     ran_text = "; ".join(f"{d}: {labels.get(d, d)}" for d in ran) or "no cell is run in this profile"
     lines = [
@@ -130,6 +136,11 @@ def markdown(built: dict, profile: str, labels: dict, seeds: list[int]) -> str:
         lines.append(f"| {row['label']} | " + " | ".join(format_cell(c) for c in row["cells"]) + " |")
     if built["note"]:
         lines += ["", built["note"]]
+    if built.get("runs"):
+        ran_by = "; ".join(f"{column}: {', '.join(names)}" for column, names in built["runs"].items() if names)
+        lines += ["", f"Runs behind each column in this profile: {ran_by or 'none'}."]
+    if notes.get(built["key"]):
+        lines += ["", notes[built["key"]]]
     return "\n".join(lines) + "\n"
 
 
@@ -204,11 +215,12 @@ def main(argv: list[str] | None = None) -> None:
     params = yaml.safe_load(args.params.read_text())
     profile, seeds = params["profile"], parse_seeds(params["seeds"])
     run_map, labels = params["tables"]["runs"], params["tables"].get("labels", {})
+    notes = params["tables"].get("notes", {})
     machines = machines_text(run_machines(args.runs, run_map, seeds))
     built_tables, sections, summary = [], [], {}
     for table in TABLES:
         built = build_table(table, args.runs, run_map, seeds)
-        text = markdown(built, profile, labels, seeds)
+        text = markdown(built, profile, labels, seeds, notes)
         write_text(args.out / f"{table.key}.md", text)
         write_text(args.out / f"{table.key}.json", json.dumps({"profile": profile, **built}, indent=2) + "\n")
         built_tables.append(built)

@@ -49,8 +49,8 @@ CARDS_GIB = (16, 24, 40, 80)
 CUDA_ALLOWANCE_GIB = 1.0  # assumed: CUDA context (~0.3-0.5 GB) + cuDNN workspaces, not seen on the CPU
 SMALL = (2, 4)  # the images per step (or per two-pass chunk) measured; the line through them is extrapolated
 RETRIEVAL_ROWS = ("sop_log", "sop_loglog", "sop_recallk_simix", "cub_log", "cub_loglog", "cub_recallk_simix", "inshop_log",
-                  "inshop_loglog", "inshop_recallk_simix", "sop_log_no_memory", "sop_log_no_margin", "cub_log_no_memory",
-                  "cub_log_no_margin", "inshop_log_no_memory", "inshop_log_no_margin")  # fmt: skip
+                  "inshop_loglog", "inshop_recallk_simix", "sop_loglog_no_memory", "sop_loglog_no_margin", "sop_loglog_row_memory", "cub_loglog_no_memory",
+                  "cub_loglog_no_margin", "inshop_log_no_memory", "inshop_log_no_margin")  # fmt: skip
 DETECTION_ROWS = ("table5_r50_voc07_ce", "table5_r50_voc07_rambo", "table5_r50_voc0712_ce", "table5_r50_voc0712_rambo",
                   "table5_r101_voc0712_ce", "table5_r101_voc0712_rambo", "table5_x101_voc0712_ce",
                   "table5_x101_voc0712_rambo", "table8_lam0p5_nomargin", "table8_lam0p1_margin", "table8_lam2p5_margin")  # fmt: skip

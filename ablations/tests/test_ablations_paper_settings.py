@@ -106,3 +106,42 @@ def test_the_check_runs_as_a_script_and_paper_smoke_calls_it():
 @pytest.mark.parametrize("app", sorted(paper_settings.APPS))
 def test_the_ledger_covers_every_paper_experiment(app):
     assert set(load_ledger()[app]["experiments_covered"]) == set(paper_settings.experiments_of(app))
+
+
+def test_every_entry_records_the_papers_value_and_differs_from_it_only_as_a_deviation():
+    assert paper_settings.undeclared_deviations(load_ledger()) == []
+    assert all("paper_value" in entry for _, entry in paper_settings.all_entries(load_ledger()))
+
+
+def test_the_ce_rows_recipe_differs_from_the_papers_stated_value_so_it_must_be_a_deviation():
+    """The loophole of issue 30: the CE rows run mmdetection's 16 images at lr 0.01 where Sec. 5.2
+    states batch 8 and lr 0.1, and the check passed because the entries were 'decisions'. Take the
+    deviation away and the check names both entries."""
+    ledger = load_ledger()
+    [ce] = [g for g in ledger["detection"]["groups"] if g["name"] == "ce"]
+    for entry in ce["entries"]:
+        if entry["key"] in ("schedule.batch_size", "schedule.lr"):
+            entry.pop("deviation"), entry.pop("readme_row")
+    assert paper_settings.undeclared_deviations(ledger) == [
+        "detection: schedule.batch_size is 16, not the paper's 8, and is not marked a deviation",
+        "detection: schedule.lr is 0.01, not the paper's 0.1, and is not marked a deviation",
+    ]
+    assert paper_settings.main([]) == 0  # the ledger as committed holds
+
+
+def test_an_entry_without_the_papers_value_and_a_deviation_from_nothing_fail():
+    ledger = load_ledger()
+    [entry] = [e for e in ledger["retrieval"]["common"] if e["key"] == "image_size"]
+    entry.pop("paper_value")
+    lines = paper_settings.undeclared_deviations(ledger)
+    assert lines == ["retrieval: image_size records no paper_value (the paper's stated value, or 'not stated')"]
+    entry.update(paper_value=224, code_value=224, deviation="a row with nothing to deviate from", readme_row="Retrieval ties")
+    assert paper_settings.undeclared_deviations(ledger) == [
+        "retrieval: image_size is marked a deviation, but its value 224 is the paper's (the code's)"
+    ]
+    entry.update(code_value=256)  # differs from the code: a deviation may stand
+    assert paper_settings.undeclared_deviations(ledger) == []
+    entry.pop("deviation")
+    assert paper_settings.undeclared_deviations(ledger) == [
+        "retrieval: image_size is 224, not the code's 256, and is not marked a deviation"
+    ]
