@@ -1,11 +1,15 @@
 """The small parts of the training loop: the flip augmentation, the per-epoch batches.
 (W&B mode, checkpoints and resume are rambo.harness's, tested there.)"""
 
+from pathlib import Path
+
+import pytest
 import torch
 from omegaconf import OmegaConf
 
 from rambo.detection.augmentation import horizontal_flip, random_flips
-from rambo.detection.train import epoch_loader
+from rambo.detection.group_sampler import GroupedBatchSampler, aspect_ratio_flag
+from rambo.detection.train import epoch_batches, epoch_loader
 
 
 def test_horizontal_flip_mirrors_pixels_and_boxes():
@@ -26,7 +30,7 @@ def test_horizontal_flip_mirrors_pixels_and_boxes():
 
 def test_epoch_batches_depend_on_seed_and_epoch_and_shard_over_processes():
     dataset = [(i, {"index": i}) for i in range(10)]  # (image, target) pairs, as the VOC dataset yields
-    cfg = OmegaConf.create({"seed": 3, "num_workers": 0, "schedule": {"batch_size": 4}})
+    cfg = OmegaConf.create({"seed": 3, "num_workers": 0, "schedule": {"batch_size": 4}, "data": {"batch_grouping": "none"}})
 
     def batches(epoch, rank=0, processes=1):
         return [images for images, _ in epoch_loader(cfg, dataset, epoch, rank, processes)]
@@ -36,9 +40,103 @@ def test_epoch_batches_depend_on_seed_and_epoch_and_shard_over_processes():
     # two processes: each takes its share of every global batch, together the one-process batch
     shards = [batches(2, rank, 2) for rank in (0, 1)]
     assert [a + b for a, b in zip(*shards)] == batches(2)
-    # the one-process order is the one DataLoader(shuffle=True, generator=...) draws (the mini tables' runs)
+    # the one-process order is the one DataLoader(shuffle=True, generator=...) draws (the committed mini
+    # tables' runs, from before data.batch_grouping's default became aspect_ratio)
     reference = torch.utils.data.DataLoader(list(range(10)), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3 * 1000 + 1))
     assert [batch.tolist() for batch in reference] == batches(2)
+
+
+class _SizedImages(list):
+    """(image, target) pairs that know their sizes, as VOCDetectionDataset (its annotations' <size>)."""
+
+    def __init__(self, sizes):
+        super().__init__((i, {"index": i}) for i in range(len(sizes)))
+        self.sizes = sizes
+
+    def aspect_ratio_groups(self):
+        return [aspect_ratio_flag(w, h) for w, h in self.sizes]
+
+
+def _brute_force_groups(sizes):
+    return [1 if w / h > 1 else 0 for w, h in sizes]  # mmdetection _set_group_flag
+
+
+SIZES = [(500, 375), (375, 500), (500, 333), (333, 500), (500, 500), (640, 480), (480, 640), (500, 281), (281, 500),
+         (500, 400), (353, 500), (500, 366), (600, 601)]  # 6 landscape, 7 not (square and portrait), VOC-like
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 3, 4, 8])
+def test_grouped_batches_are_one_group_each_and_cover_every_image_with_mmdetections_padding(batch_size):
+    dataset = _SizedImages(SIZES)
+    groups = _brute_force_groups(SIZES)
+    assert dataset.aspect_ratio_groups() == groups and sum(groups) == 6
+    batches = list(GroupedBatchSampler(groups, batch_size, seed=11))
+    assert len(batches) == len(GroupedBatchSampler(groups, batch_size, seed=11))
+    assert all(len(batch) == batch_size for batch in batches)  # padded: every batch full
+    assert all(len({groups[i] for i in batch}) == 1 for batch in batches)  # one group per batch
+    for group in (0, 1):
+        members = [i for i, g in enumerate(groups) if g == group]
+        seen = [i for batch in batches for i in batch if groups[i] == group]
+        padded = -(-len(members) // batch_size) * batch_size
+        assert set(seen) == set(members) and len(seen) == padded  # every image, plus the padding only
+        extra = [i for i in set(seen) if seen.count(i) > 1]
+        assert len(extra) == padded - len(members) and all(seen.count(i) == 2 for i in extra)
+    # deterministic per seed; another seed another order
+    assert batches == list(GroupedBatchSampler(groups, batch_size, seed=11))
+    if batch_size < 8:
+        assert batches != list(GroupedBatchSampler(groups, batch_size, seed=12))
+    unpadded = list(GroupedBatchSampler(groups, batch_size, seed=11, pad=False))
+    assert sorted(i for batch in unpadded for i in batch) == list(range(len(SIZES)))
+    assert all(len({groups[i] for i in batch}) == 1 for batch in unpadded)
+
+
+def test_a_group_smaller_than_its_padding_repeats_cyclically():
+    batches = list(GroupedBatchSampler([0, 1, 1, 1, 1, 1], 4, seed=0))
+    lone = [batch for batch in batches if 0 in batch]
+    assert lone == [[0, 0, 0, 0]] and len(batches) == 3
+
+
+def test_grouped_epoch_batches_shard_over_processes_one_group_per_process_batch():
+    dataset = _SizedImages(SIZES)
+    groups = _brute_force_groups(SIZES)
+    cfg = OmegaConf.create({"seed": 3, "num_workers": 0, "schedule": {"batch_size": 4}, "data": {"batch_grouping": "aspect_ratio"}})
+
+    def batches(epoch, rank=0, processes=1):
+        return [images for images, _ in epoch_loader(cfg, dataset, epoch, rank, processes)]
+
+    assert batches(1) == batches(1) and batches(1) != batches(2)
+    assert batches(2) == list(GroupedBatchSampler(groups, 4, seed=3 * 1000 + 1))
+    assert len(epoch_batches(cfg, dataset, 1)) == 4  # ceil(6 / 4) + ceil(7 / 4): the epoch's iterations
+    for processes in (2, 3):
+        shards = [batches(2, rank, processes) for rank in range(processes)]
+        assert [sum(parts, []) for parts in zip(*shards)] == batches(2)
+        assert all(len({groups[i] for i in batch}) == 1 for shard in shards for batch in shard)
+    with pytest.raises(ValueError, match="batch_grouping"):
+        epoch_batches(OmegaConf.merge(cfg, {"data": {"batch_grouping": "ratio"}}), dataset, 1)
+
+
+def test_the_voc_dataset_groups_by_its_annotations_sizes(tmp_path):
+    """On the synthetic set (VOC layout): sizes from the XML <size>, never from the images; the
+    configs' default is mmdetection's grouping."""
+    from hydra import compose, initialize_config_dir
+
+    import rambo.detection
+    from rambo.detection.synthetic import SYNTHETIC_CLASSES, generate
+    from rambo.detection.voc import VOCDetectionDataset
+
+    root = generate(tmp_path / "synthetic", seed=0, num_trainval=6, num_test=1, image_size=64)
+    landscape = sorted((root / "Annotations").glob("*.xml"))[1]
+    landscape.write_text(landscape.read_text().replace("<width>64</width>", "<width>96</width>"))
+    dataset = VOCDetectionDataset([root], "trainval", SYNTHETIC_CLASSES, train=True)
+    sizes = dataset.image_sizes()
+    assert len(sizes) == 6 and sorted(set(sizes)) == [(64, 64), (96, 64)]
+    assert dataset.aspect_ratio_groups() == _brute_force_groups(sizes) and sum(dataset.aspect_ratio_groups()) == 1
+    batches = list(GroupedBatchSampler(dataset.aspect_ratio_groups(), 2, seed=0))
+    assert len(batches) == 4 and all(len({dataset.aspect_ratio_groups()[i] for i in b}) == 1 for b in batches)
+    conf = Path(rambo.detection.__file__).parent / "configs"
+    for data in ("synthetic", "tiny", "voc07", "voc0712"):
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            assert compose(config_name="train", overrides=[f"data={data}"]).data.batch_grouping == "aspect_ratio"
 
 
 class _Quadratic(torch.nn.Module):

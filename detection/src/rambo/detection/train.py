@@ -31,6 +31,7 @@ from rambo.harness.run import TrainingRun
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
 
 from .engine import evaluate, train_one_epoch
+from .group_sampler import BATCH_GROUPINGS, GroupedBatchSampler
 from .model import build_detector
 from .synthetic import SYNTHETIC_CLASSES, generate
 from .voc import VOC_CLASSES, VOCDetectionDataset, collate_detection
@@ -71,11 +72,33 @@ def learning_rate_factor(iteration: int, iterations_per_epoch: int, schedule: Di
     return factor
 
 
+def epoch_batches(cfg: DictConfig, train_set, epoch: int, order: torch.Generator | None = None) -> torch.utils.data.Sampler:
+    """The global batches of ``epoch`` (1-based), a function of (seed, epoch) only, by ``data.batch_grouping``:
+
+    * ``aspect_ratio``: mmdetection's GroupSampler (:class:`.group_sampler.GroupedBatchSampler`):
+      each batch of one aspect-ratio group, groups padded to whole batches by repeating their images.
+    * ``none``: plain shuffled batches (``RandomSampler``), the last one short.
+
+    ``order``: the generator of ``none``'s shuffle (the loader's own, as before the key existed)."""
+    seed = cfg.seed * 1000 + epoch - 1
+    grouping = cfg.data.batch_grouping
+    if grouping == "aspect_ratio":
+        if not hasattr(train_set, "aspect_ratio_groups"):
+            raise ValueError("data.batch_grouping=aspect_ratio needs a dataset with aspect_ratio_groups() (the image sizes)")
+        return GroupedBatchSampler(train_set.aspect_ratio_groups(), cfg.schedule.batch_size, seed)
+    if grouping == "none":
+        order = order if order is not None else torch.Generator().manual_seed(seed)
+        return torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(train_set, generator=order), cfg.schedule.batch_size, False)
+    raise ValueError(f"data.batch_grouping must be one of {BATCH_GROUPINGS}, got {grouping!r}")
+
+
 def epoch_loader(cfg: DictConfig, train_set, epoch: int, rank: int, processes: int) -> torch.utils.data.DataLoader:
-    """The shuffled batches of ``epoch`` (1-based): a function of (seed, epoch) only, so a resumed
-    epoch sees the same batches. With several processes each takes its share of every global batch."""
+    """The batches of ``epoch`` (1-based, :func:`epoch_batches`): a function of (seed, epoch) only, so
+    a resumed epoch sees the same batches. With several processes each takes its share (a
+    contiguous slice) of every global batch, so with ``aspect_ratio`` grouping every process's
+    batch is of one group."""
     order = torch.Generator().manual_seed(cfg.seed * 1000 + epoch - 1)
-    batches = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(train_set, generator=order), cfg.schedule.batch_size, False)
+    batches = epoch_batches(cfg, train_set, epoch, order)
     if processes > 1:
         batches = ShardedBatchSampler(batches, rank, processes, even=False)
     return torch.utils.data.DataLoader(train_set, batch_sampler=batches, generator=order, collate_fn=collate_detection, num_workers=cfg.num_workers,
@@ -104,7 +127,8 @@ def train(cfg: DictConfig) -> dict:
         started_from["init_checkpoint_md5"] = load_initial_weights(model, cfg.init_checkpoint)
     schedule = cfg.schedule
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=schedule.lr, momentum=schedule.momentum, weight_decay=schedule.weight_decay)
-    iterations = min(-(-len(train_set) // schedule.batch_size), schedule.max_iterations_per_epoch or float("inf"))
+    # batches per epoch: ceil(N / batch), or with aspect-ratio grouping the sum over groups (padded ones)
+    iterations = min(len(epoch_batches(cfg, train_set, 1)), schedule.max_iterations_per_epoch or float("inf"))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda iteration: learning_rate_factor(iteration, iterations, schedule))
     trained = wrap_model(model, device, broadcast_buffers=False)
     run = TrainingRun(cfg, {"model": model, "optimizer": optimizer, "scheduler": scheduler},

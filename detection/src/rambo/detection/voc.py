@@ -128,6 +128,19 @@ class VOCDetectionDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.items)
 
+    def image_sizes(self) -> list[tuple[int, int]]:
+        """``(width, height)`` of every image from its annotation's ``<size>`` (no image decoded);
+        read once, then kept."""
+        if getattr(self, "_sizes", None) is None:
+            self._sizes = [(a.width, a.height) for a in map(self.annotation, range(len(self)))]
+        return self._sizes
+
+    def aspect_ratio_groups(self) -> list[int]:
+        """mmdetection's group flag per image: 1 when width / height > 1, else 0 (:mod:`.group_sampler`)."""
+        from .group_sampler import aspect_ratio_flags
+
+        return aspect_ratio_flags(self.image_sizes())
+
     def annotation(self, index: int) -> VOCAnnotation:
         root, image_id = self.items[index]
         return parse_annotation(root / "Annotations" / f"{image_id}.xml")
