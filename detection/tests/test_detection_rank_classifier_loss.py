@@ -248,3 +248,119 @@ def test_the_detection_loss_compiles_as_one_graph_with_the_eager_gradients(backe
     got = _gradients(compiled_loss, batches, torch.compile(compiled_loss, backend=backend, fullgraph=True))
     for step, (a, b) in enumerate(zip(got, expected)):
         assert torch.equal(a, b), f"step {step}"
+
+
+def brute_ap_of_shifted(shifted, relevant):
+    """1 - AP of one ranking of already shifted scores (Eq. 21, 22)."""
+    precisions = []
+    for s, r in zip(shifted, relevant):
+        if r:
+            rank = 1 + sum(t > s for t in shifted)
+            rank_relevant = 1 + sum(t > s for t, q in zip(shifted, relevant) if q)
+            precisions.append(rank_relevant / rank)
+    return 1 - sum(precisions) / len(precisions)
+
+
+def authors_shift(scores, relevant, margin, z):
+    """The authors' mAP.py margin entry by entry: ``scores - margin * |z| * (target - 0.5)``, i.e. a
+    relevant score down by margin |z| / 2, an irrelevant one up by margin |z| / 2."""
+    out = torch.empty_like(scores)
+    for i in range(scores.shape[0]):
+        for k in range(scores.shape[1]):
+            half = margin * abs(float(z[i, k])) / 2
+            out[i, k] = float(scores[i, k]) - half if relevant[i, k] else float(scores[i, k]) + half
+    return out
+
+
+def test_the_authors_random_margin_is_margin_abs_normal_with_their_signs_drawn_per_call():
+    """margin_mode=authors_random against blackbox_backprop/mAP.py@075bf56 re-done by hand: per call a
+    [C, N + M] normal matrix for L_mAP over the batch and its memory (their transposed layout), then a
+    [1, N C] one for L_AP-C over the flattened batch, from the loss's generator seeded by margin_seed."""
+    margin, lam, c, num_classes = 0.4, 0.5, 1.0 / 3.0, 4
+    loss = RankClassifierLoss(num_classes, margin=margin, lam=lam, tau=2, margin_mode="authors_random", margin_seed=5)
+    seen = {}
+    loss.map_memory.loss.loss.register_forward_pre_hook(lambda m, args: seen.__setitem__("map", args[0].detach().clone()))
+    loss.apc_loss.loss.register_forward_pre_hook(lambda m, args: seen.__setitem__("apc", args[0].detach().clone()))
+    reference = torch.Generator().manual_seed(5)
+    generator = torch.Generator().manual_seed(2)
+    batches = [(torch.randn(9, num_classes + 1, generator=generator), torch.tensor([0, 1, 2, 0, 4, 3, 1, 0, 2])),
+               (torch.randn(9, num_classes + 1, generator=generator), torch.tensor([3, 0, 0, 1, 1, 2, 4, 0, 0]))]
+    remembered = []
+    for logits, labels in batches:
+        value = loss(logits, labels)
+        scores, relevant = logits[:, 1:], brute_relevance(labels, num_classes, 0)
+        all_scores = torch.cat([scores] + [s for s, _ in remembered])
+        all_relevant = torch.cat([relevant] + [r for _, r in remembered])
+        z_map = torch.randn(num_classes, all_scores.shape[0], generator=reference).T
+        z_apc = torch.randn(1, scores.numel(), generator=reference).reshape(scores.shape)
+        expected_map = authors_shift(all_scores, all_relevant, margin, z_map)
+        expected_apc = authors_shift(scores, relevant, margin, z_apc)
+        torch.testing.assert_close(seen["map"], expected_map)
+        torch.testing.assert_close(seen["apc"], expected_apc)
+        # the signs: relevant entries down, irrelevant up, by margin |z| / 2 (never the fixed margin / 2)
+        moved = seen["map"] - all_scores
+        assert (moved[all_relevant] <= 0).all() and (moved[~all_relevant] >= 0).all()
+        torch.testing.assert_close(moved.abs(), margin * z_map.abs() / 2)
+        columns = [k for k in range(num_classes) if all_relevant[:, k].any()]
+        map_loss = sum(brute_ap_of_shifted(expected_map[:, k].tolist(), all_relevant[:, k].tolist()) for k in columns) / len(columns)
+        apc_loss = brute_ap_of_shifted(expected_apc.flatten().tolist(), relevant.flatten().tolist())
+        assert float(value) == pytest.approx((1 - c) * map_loss + c * apc_loss, abs=1e-6)
+        remembered.append((scores, relevant))  # the memory holds the unshifted scores, oldest first
+    assert len(loss.map_memory) == 2
+
+
+def test_the_authors_random_margin_is_reproducible_and_resumes_its_draws():
+    generator = torch.Generator().manual_seed(4)
+    batches = [(torch.randn(10, 6, generator=generator), torch.randint(0, 6, (10,), generator=generator)) for _ in range(3)]
+
+    def values(loss, which):
+        return [float(loss(*batches[i])) for i in which]
+
+    build = lambda seed: RankClassifierLoss(5, margin=0.5, lam=0.5, tau=3, margin_mode="authors_random", margin_seed=seed)  # noqa: E731
+    assert values(build(1), range(3)) == values(build(1), range(3))
+    assert values(build(1), range(3)) != values(build(2), range(3))
+    # no margin_seed: one draw of the global generator, so the run's seed decides the margins
+    torch.manual_seed(9)
+    first = RankClassifierLoss(5, margin=0.5, margin_mode="authors_random")
+    torch.manual_seed(9)
+    second = RankClassifierLoss(5, margin=0.5, margin_mode="authors_random")
+    assert first.margin_noise.seed == second.margin_noise.seed and values(first, range(3)) == values(second, range(3))
+    # the generator's state travels with the state dict: a resumed loss continues the same draws
+    whole, part = build(3), build(3)
+    expected = values(whole, range(3))
+    values(part, range(2))
+    resumed = build(99)
+    resumed.load_state_dict(part.state_dict())
+    assert values(resumed, [2]) == expected[2:]
+
+
+def test_the_fixed_margin_mode_is_the_papers_and_unchanged():
+    generator = torch.Generator().manual_seed(6)
+    logits, labels = torch.rand(12, 5, generator=generator), torch.tensor([1, 0, 2, 3, 0, 4, 1, 0, 0, 2, 3, 0])
+    default = RankClassifierLoss(4, margin=0.15, lam=0.5, tau=0)
+    fixed = RankClassifierLoss(4, margin=0.15, lam=0.5, tau=0, margin_mode="fixed")
+    assert default.margin_mode == "fixed" and not hasattr(fixed, "margin_noise")
+    assert set(fixed.state_dict()) == set(default.state_dict()) and not any("margin_noise" in k for k in fixed.state_dict())
+    expected = brute_map_and_apc(logits[:, 1:], brute_relevance(labels, 4, 0), 0.15)
+    assert float(fixed(logits, labels)) == float(default(logits, labels)) == pytest.approx(expected, abs=1e-6)
+    with pytest.raises(ValueError, match="margin_mode"):
+        RankClassifierLoss(4, margin_mode="random")
+
+
+def test_the_margin_mode_configs():
+    from hydra import compose, initialize_config_dir
+    from pathlib import Path
+
+    import rambo.detection
+
+    conf = Path(rambo.detection.__file__).parent / "configs"
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        rows = {name: compose(config_name="train", overrides=[f"experiment={name}"])
+                for name in ("mini_rambo", "mini_rambo_authors_margin", "table5_r50_voc07_rambo", "table8_lam0p1_margin")}  # fmt: skip
+    assert {name: cfg.loss.module.margin_mode for name, cfg in rows.items()} == {
+        "mini_rambo": "fixed", "mini_rambo_authors_margin": "authors_random", "table5_r50_voc07_rambo": "fixed",
+        "table8_lam0p1_margin": "fixed"}  # fmt: skip
+    authors, mini = rows["mini_rambo_authors_margin"], rows["mini_rambo"]
+    assert authors.experiment_name == "mini_rambo_authors_margin" and authors.init_checkpoint == mini.init_checkpoint
+    differing = {k for k in mini.loss if mini.loss[k] != authors.loss[k]}
+    assert differing == {"margin_mode", "module"} and (authors.schedule, authors.model, authors.data) == (mini.schedule, mini.model, mini.data)

@@ -20,6 +20,21 @@ synthetic set, 60 iterations) a classifier gradient norm of 0.000-0.005 against 
 logits, and no learning at all (mAP 0.003 vs 0.106): the blackbox gradient is a rank difference
 divided by lambda, and the softmax Jacobian (about p = 1 / (C + 1)) shrinks it further.
 
+The margin (``margin_mode``). ``fixed`` (the default) is the paper's Eq. 14: relevant scores move
+down by alpha / 2, irrelevant ones up by alpha / 2 (:func:`rambo.core.shift_by_margin`, inside
+the core losses). ``authors_random`` is the authors' detection code (martius-lab/blackbox-backprop
+``blackbox_backprop/mAP.py`` at 075bf56, ``raw_map_computation``): every entry of the ranked
+matrix gets its own draw, ``scores - alpha * |z| * (relevant - 1/2)`` with ``z ~ N(0, 1)``, i.e.
+relevant scores down and irrelevant ones up by ``alpha |z| / 2`` (alpha / 2 times |z|, whose mean
+is sqrt(2 / pi) ~ 0.80). As there, the draws are fresh at every call, for L_mAP over the batch and
+its memory (drawn as a ``[C, N + M]`` matrix, their transposed layout) and separately for L_AP-C
+over the flattened batch (``[1, N C]``), in that order; the memory keeps the unshifted scores.
+The draws come from this loss's own ``torch.Generator`` (:class:`AuthorsRandomMargin`) on the
+scores' device, seeded by ``margin_seed`` or, when None, by one draw from the global generator
+at construction (the run's seed: the app seeds it before building the model, identically on every
+DDP process, so every process draws the same margins for the same global batch); its state
+travels with ``state_dict()`` so a resumed run continues the same draws.
+
 Several processes (DDP): with ``global_batch=True`` (the default, the paper's loss) every process
 ranks the global batch, the RoIs of all processes' images, and its memory holds global batches
 (:mod:`rambo.detection.distributed`); ``global_batch=False`` ranks each process's own RoIs with its
@@ -30,6 +45,7 @@ from __future__ import annotations
 
 import torch
 from rambo.core import APCLoss, MAPLoss, ScoreMemory, scale_gradient
+from rambo.core.validation import check_margin
 from rambo.core.loss_path import assert_on_device, host_checks, use_dense
 
 from .distributed import global_batch
@@ -59,6 +75,69 @@ def labels_to_relevance(labels: torch.Tensor, num_classes: int, background_label
     return relevant
 
 
+MARGIN_MODES = ("fixed", "authors_random")
+
+
+class AuthorsRandomMargin(torch.nn.Module):
+    """The authors' random margin (module docstring) around a rank loss built without one.
+
+    ``loss(scores [N, C], relevant [N, C])`` receives ``scores - margin * |z| * (relevant - 1/2)``,
+    ``z`` drawn from :attr:`generator` as a ``[C, N]`` matrix (``layout="columns"``, L_mAP's
+    ``transpose``) or a ``[1, N C]`` row (``layout="flat"``, L_AP-C's ``reshape(-1, 1).transpose``),
+    then brought to ``[N, C]``. ``noise``: the :class:`MarginNoise` shared by the two terms.
+    """
+
+    def __init__(self, loss: torch.nn.Module, margin: float, noise: "MarginNoise", layout: str):
+        super().__init__()
+        if layout not in ("columns", "flat"):
+            raise ValueError(f"layout must be columns or flat, got {layout!r}")
+        self.loss, self.margin, self.layout = loss, check_margin(margin), layout
+        self._noise = [noise]  # not a submodule: its state is saved once, by the classifier loss
+        self.ranked_dim = getattr(loss, "ranked_dim", -1)  # what a ScoreMemory around this extends
+
+    def shift(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+        """The shifted scores (float32 at least, as :func:`rambo.core.shift_by_margin`)."""
+        scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
+        rows, columns = scores.shape
+        if self.layout == "columns":
+            z = self._noise[0].normal((columns, rows), scores).transpose(0, 1)
+        else:
+            z = self._noise[0].normal((1, rows * columns), scores).reshape(rows, columns)
+        return scores - self.margin * (z.abs() * (relevant.to(scores.dtype) - 0.5))
+
+    def forward(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+        return self.loss(self.shift(scores, relevant), relevant)
+
+
+class MarginNoise(torch.nn.Module):
+    """A ``torch.Generator`` seeded with ``seed``, created on the device of the first scores it
+    draws for; its state is this module's extra state (``state_dict()``), restored on resume (on
+    the same device type; on another one the draws start again from the seed)."""
+
+    def __init__(self, seed: int):
+        super().__init__()
+        self.seed = int(seed)
+        self.generator: torch.Generator | None = None
+        self._pending: dict | None = None
+
+    def normal(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        if self.generator is None or self.generator.device.type != like.device.type:
+            self.generator = torch.Generator(device=like.device).manual_seed(self.seed)
+            if self._pending is not None and self._pending["device_type"] == like.device.type:
+                self.generator.set_state(self._pending["state"])
+            self._pending = None
+        return torch.randn(shape, generator=self.generator, device=like.device, dtype=like.dtype)
+
+    def get_extra_state(self) -> dict:
+        if self.generator is None:
+            return dict(self._pending) if self._pending is not None else {"device_type": None, "state": None}
+        return {"device_type": self.generator.device.type, "state": self.generator.get_state()}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.generator = None
+        self._pending = state if state.get("state") is not None else None
+
+
 class RankClassifierLoss(torch.nn.Module):
     """The classifier loss as the RoI heads call it: ``loss(class_logits [N, C+1], labels [N])``.
 
@@ -74,11 +153,15 @@ class RankClassifierLoss(torch.nn.Module):
         loss_weight: a pure gradient scale (1 in the paper); the loss value and lambda are unchanged.
         global_batch: under DDP, rank the RoIs of every process (True, the paper's loss: one GPU ranks
             the whole batch) or only this process's (False); no effect in a single process.
+        margin_mode: ``fixed`` (the paper's Eq. 14, alpha / 2) or ``authors_random`` (alpha |z| / 2
+            per entry, the authors' mAP.py; module docstring).
+        margin_seed: the seed of ``authors_random``'s generator; None: one draw of the global
+            generator at construction. Unused with ``fixed``.
     """
 
     def __init__(self, num_classes: int, background_label: int = 0, margin: float = 0.15, lam: float = 0.5,
                  tau: int = 7, interclass_coef: float = 1.0 / 3.0, loss_weight: float = 1.0,
-                 global_batch: bool = True):  # fmt: skip
+                 global_batch: bool = True, margin_mode: str = "fixed", margin_seed: int | None = None):  # fmt: skip
         super().__init__()
         if background_label not in (0, num_classes):
             raise ValueError(f"background_label must be 0 or num_classes={num_classes}, got {background_label}")
@@ -93,8 +176,18 @@ class RankClassifierLoss(torch.nn.Module):
         if not isinstance(global_batch, bool):
             raise ValueError(f"global_batch must be true or false, got {global_batch!r}")
         self.global_batch = global_batch
-        self.map_memory = ScoreMemory(MAPLoss(margin=margin, lam=lam), tau)  # L_mAP over the batch and memory
-        self.apc_loss = APCLoss(margin=margin, lam=lam)  # L_AP-C over the current batch
+        if margin_mode not in MARGIN_MODES:
+            raise ValueError(f"margin_mode must be one of {MARGIN_MODES}, got {margin_mode!r}")
+        self.margin_mode = margin_mode
+        if margin_mode == "fixed":
+            self.map_memory = ScoreMemory(MAPLoss(margin=margin, lam=lam), tau)  # L_mAP over the batch and memory
+            self.apc_loss = APCLoss(margin=margin, lam=lam)  # L_AP-C over the current batch
+        else:  # the core losses without a margin, the authors' random one applied before them
+            if margin_seed is None:
+                margin_seed = int(torch.randint(0, 2**62, (1,)).item())
+            self.margin_noise = MarginNoise(margin_seed)
+            self.map_memory = ScoreMemory(AuthorsRandomMargin(MAPLoss(margin=0.0, lam=lam), margin, self.margin_noise, "columns"), tau)
+            self.apc_loss = AuthorsRandomMargin(APCLoss(margin=0.0, lam=lam), margin, self.margin_noise, "flat")
 
     def object_scores(self, class_logits: torch.Tensor) -> torch.Tensor:
         """The logits of the C object classes, ``[N, C]`` (the background column dropped)."""
