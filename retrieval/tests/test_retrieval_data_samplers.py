@@ -206,3 +206,27 @@ def test_an_epoch_of_every_super_pair_is_pairs_times_batches_per_pair():
     assert len(set(runs)) == 10  # every pair once per epoch
     with pytest.raises(ValueError, match="every_super_pair"):
         SuperLabelBatchSampler(labels, super_labels, 16, 4, 3, batches_per_epoch="all")
+
+
+def test_fixed_pair_order_visits_the_pairs_as_itertools_combinations_every_epoch():
+    """The code behind App. A (kunhe/Deep-Metric-Learning-Baselines datasets.py) visits
+    ``itertools.combinations`` of the super-labels in one order, every epoch (issue 30); the
+    classes inside the batches are still drawn afresh each epoch."""
+    import itertools
+
+    labels, super_labels = make_labels(num_classes=60)
+    sampler = SuperLabelBatchSampler(labels, super_labels, 16, 4, 3, batches_per_epoch="every_super_pair",
+                                     split="halves", pair_order="fixed")  # fmt: skip
+    expected = list(itertools.combinations(sorted(set(super_labels.tolist())), 2))
+    epochs = []
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        pairs = [tuple(sorted({int(super_labels[i]) for i in b})) for b in batches]
+        assert pairs == [pair for pair in expected for _ in range(3)]
+        epochs.append(batches)
+    assert epochs[0] != epochs[1]
+    shuffled = SuperLabelBatchSampler(labels, super_labels, 16, 4, 3, batches_per_epoch="every_super_pair", split="halves")
+    assert [tuple(sorted({int(super_labels[i]) for i in b})) for b in shuffled][::3] != expected
+    with pytest.raises(ValueError, match="pair_order must be"):
+        SuperLabelBatchSampler(labels, super_labels, 16, 4, 3, pair_order="random")

@@ -43,6 +43,27 @@ def test_square_resize_random_crop_is_a_224_window_of_the_256_square():
         assert right - left == pytest.approx(223 / 255, abs=0.02)  # 224 of 256 columns: no rescaling
 
 
+def test_shorter_side_resize_random_resized_crop_resizes_before_the_crop():
+    """The Baselines fork's ``--resize256`` (issue 30): ``Resize(256)`` (the shorter side, aspect
+    kept) then ``RandomResizedCrop(224)``. Against a brute force of the definition: the same
+    random state drives torchvision's two steps written out by hand."""
+    from torchvision import transforms as T
+
+    image = striped(600, 300)
+    for seed in range(5):
+        torch.manual_seed(seed)
+        ours = train_transform(224, 0.08, kind="shorter_side_resize_random_resized_crop")(image)
+        torch.manual_seed(seed)
+        resized = image.resize((512, 256), Image.BILINEAR)  # shorter side 300 -> 256, 600 -> 512
+        assert T.Resize(256)(image).size == resized.size
+        top, left, height, width = T.RandomResizedCrop.get_params(resized, (0.08, 1.0), (3 / 4, 4 / 3))
+        crop = T.functional.resized_crop(T.Resize(256)(image), top, left, height, width, [224, 224])
+        if torch.rand(1) < 0.5:
+            crop = T.functional.hflip(crop)
+        expected = T.Normalize(IMAGENET_MEAN, IMAGENET_STD)(T.ToTensor()(crop))
+        assert torch.equal(ours, expected)
+
+
 def test_config_names_the_eval_transform_and_old_runs_keep_theirs():
     image = striped(512, 256)
     new = eval_transform_of({"image_size": 32, "augmentation": {"eval": "square_resize_center_crop"}})(image)

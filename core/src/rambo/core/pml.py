@@ -5,7 +5,7 @@ This module is the only one that imports PML; ``import rambo.core`` never does. 
     RankLossAdapter(loss, distance=None, reducer=None, embedding_regularizer=None, ...)
     RaMBORecallLoss(margin, lam, weighting, **pml_kwargs)     RecallLoss (Eq. 16-20)
     RaMBOAPLoss(margin, lam, **pml_kwargs)                    APLoss (Eq. 21-22)
-    RecallAtKSurrogateLoss(ks, tau1, tau2, **pml_kwargs)      RecallAtKSurrogate
+    RecallAtKSurrogateLoss(ks, tau1, tau2, clip_numerator, **pml_kwargs)  RecallAtKSurrogate
     CrossBatchMemory(loss, embedding_size, memory_size, miner=None)
 
 Called as every PML loss: ``loss(embeddings, labels, indices_tuple=None, ref_emb=None, ref_labels=None)``.
@@ -290,8 +290,8 @@ class RaMBOAPLoss(RankLossAdapter):
 class RecallAtKSurrogateLoss(RankLossAdapter):
     """:class:`rambo.core.RecallAtKSurrogate` as a PML loss; PML options as keyword arguments."""
 
-    def __init__(self, ks=(1, 2, 4, 8, 16), tau1: float = 0.01, tau2=1.0, **kwargs):
-        super().__init__(RecallAtKSurrogate(ks, tau1, tau2), **kwargs)
+    def __init__(self, ks=(1, 2, 4, 8, 16), tau1: float = 0.01, tau2=1.0, clip_numerator: bool = True, **kwargs):
+        super().__init__(RecallAtKSurrogate(ks, tau1, tau2, clip_numerator), **kwargs)
 
 
 def _adapter_names() -> set[str]:

@@ -161,8 +161,11 @@ class SuperLabelBatchSampler(_EpochBatchSampler):
 
     Paper App. A, following Cakir et al. (2019): ``batches_per_super_pair`` consecutive batches
     are drawn from the classes of one pair of super-labels (10 for SOP with 4 samples per class,
-    4 for In-shop with 8), so a batch holds many hard negatives from similar products. The pairs
-    are visited in a random order each epoch.
+    4 for In-shop with 8), so a batch holds many hard negatives from similar products. With
+    ``pair_order="fixed"`` the pairs are visited in one order every epoch, ``(a, b)`` for ``a < b``
+    in the super-labels' order (``itertools.combinations``, as the code behind App. A does:
+    kunhe/Deep-Metric-Learning-Baselines ``datasets.py`` ``SuperLabelTrainDataset``); with
+    ``"shuffled"`` in a fresh random order each epoch (FastAP's Matlab ``train_hard.m``).
 
     With ``split="halves"`` (FastAP's ``train_hard.m``: "equal # of imgs from both meta-class";
     pytorch-metric-learning's ``HierarchicalSampler`` alike) half of a batch's classes come from
@@ -180,6 +183,7 @@ class SuperLabelBatchSampler(_EpochBatchSampler):
             ``batches_per_super_pair`` batches of every usable pair (FastAP's epoch: 66 x 10 = 660
             for SOP). The last pair of an epoch is cut short to make exactly this many batches.
         split: ``"halves"`` or ``"union"`` (above).
+        pair_order: ``"shuffled"`` or ``"fixed"`` (above).
     """
 
     def __init__(
@@ -192,9 +196,13 @@ class SuperLabelBatchSampler(_EpochBatchSampler):
         seed: int = 0,
         batches_per_epoch: int | str | None = None,
         split: str = "union",
+        pair_order: str = "shuffled",
     ):
         if split not in ("halves", "union"):
             raise ValueError(f"split must be 'halves' or 'union', got {split!r}")
+        if pair_order not in ("shuffled", "fixed"):
+            raise ValueError(f"pair_order must be 'shuffled' or 'fixed', got {pair_order!r}")
+        self.pair_order = pair_order
         if batches_per_epoch not in (None, "every_super_pair") and isinstance(batches_per_epoch, str):
             raise ValueError(f"batches_per_epoch must be an integer, None or 'every_super_pair', got {batches_per_epoch!r}")
         every_pair = batches_per_epoch == "every_super_pair"
@@ -245,11 +253,12 @@ class SuperLabelBatchSampler(_EpochBatchSampler):
     def __iter__(self) -> Iterator[list[int]]:
         rng = np.random.default_rng([self.seed, self.epoch])
         builder = _BatchBuilder(self.labels, self.samples_per_class, rng)
-        pair_order = _PermutationWalk(np.arange(len(self.pairs)), rng)
+        pair_order = _PermutationWalk(np.arange(len(self.pairs)), rng) if self.pair_order == "shuffled" else None
         class_walks: dict = {}
-        produced = 0
+        produced = visited = 0
         while produced < self.batches_per_epoch:
-            (pair,) = pair_order.take(1)
+            (pair,) = pair_order.take(1) if pair_order is not None else (visited % len(self.pairs),)
+            visited += 1
             first, second = self.pairs[pair]
             for _ in range(min(self.batches_per_super_pair, self.batches_per_epoch - produced)):
                 if self.split == "halves":

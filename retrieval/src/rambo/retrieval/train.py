@@ -93,6 +93,7 @@ def build_batch_sampler(cfg: DictConfig, train_set) -> torch.utils.data.Sampler:
             train_set.labels, train_set.super_labels, cfg.batch_size, sampler.samples_per_class,
             sampler.batches_per_super_pair, seed=cfg.seed,
             batches_per_epoch=cfg.steps_per_epoch or sampler.get("epoch_length"), split=sampler.get("split", "union"),
+            pair_order=sampler.get("pair_order", "shuffled"),
         )  # fmt: skip
     if sampler.name not in ("super_label", "m_per_class"):
         raise ValueError(f"data.sampler.name must be 'super_label' or 'm_per_class', got {sampler.name!r}")
