@@ -146,3 +146,12 @@ def test_an_entry_without_the_papers_value_and_a_deviation_from_nothing_fail():
     assert paper_settings.undeclared_deviations(ledger) == [
         "retrieval: image_size is 224, not the code's 256, and is not marked a deviation"
     ]
+
+
+def test_the_ledger_names_files_relative_to_the_repository_not_one_machines_paths():
+    import re
+
+    text = paper_settings.LEDGER.read_text()
+    assert not re.search(r"(?<![\w.])/(work|home|tmp|root|mnt)/", text), "an absolute machine path in the ledger"
+    paper = load_ledger()["sources"]["paper"]["file"]
+    assert (paper_settings.LEDGER.parents[1] / paper).name == "rambo-blackbox-rank-losses-cvpr2020.txt"

@@ -70,7 +70,7 @@ def test_the_data_stage_names_the_missing_resnet50_of_the_paper_rows(tmp_path, c
     err = capsys.readouterr().err
     cached = tmp_path / "torch" / "hub" / "checkpoints" / "resnet50-0676ba61.pth"
     assert err.startswith("error: 1 pretrained weights file(s) missing")
-    assert f"resnet50 (rows sop_log, sop_loglog, sop_recallk_simix and 12 more): {cached} is missing" in err
+    assert f"resnet50 (rows sop_log, sop_loglog, sop_recallk_simix and 13 more): {cached} is missing" in err
     assert f"wget -O {cached} https://download.pytorch.org/models/resnet50-0676ba61.pth" in err
     assert not (tmp_path / "data").exists()  # stopped before any dataset
 
