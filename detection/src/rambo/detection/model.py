@@ -25,8 +25,9 @@ def build_detector(model, loss, num_classes: int) -> FasterRCNN:
     """Faster R-CNN + FPN from the ``model`` and ``loss`` config groups (see ``configs/``).
 
     ``num_classes``: C object classes; the predictor has C + 1 outputs (torchvision: background 0).
-    The RPN and the box head are torchvision's; the RoI heads (:class:`ConfigurableLossRoIHeads`)
-    swap the classifier loss and take the box loss's smooth-L1 beta from ``model.box_smooth_l1_beta``
+    The RPN and the box head are torchvision's; the RoI heads (:class:`ConfigurableLossRoIHeads`) swap the classifier loss,
+    compute it on the RoIs ``loss.classifier_rois`` names (``sampled`` when absent, or
+    ``all_proposals``), and take the box loss's smooth-L1 beta from ``model.box_smooth_l1_beta``
     (mmdetection's 1.0 when absent; torchvision's is 1/9).
     """
     backbone = build_backbone(
@@ -64,5 +65,6 @@ def build_detector(model, loss, num_classes: int) -> FasterRCNN:
         score_function=loss["score_function"],
         candidates_per_image=10 * model["box_detections_per_img"],
         box_smooth_l1_beta=model.get("box_smooth_l1_beta", 1.0),
+        classifier_rois=loss.get("classifier_rois", "sampled"),
     )
     return detector

@@ -14,6 +14,25 @@ is the parent's, except for the score that ranks detections, which must be the s
 trained (``score_function``): the softmax probability for cross-entropy, the object-class logit
 for the rank loss. Nothing in torchvision is patched.
 
+Which RoIs the classifier loss sees (``classifier_rois``, config ``loss.classifier_rois``):
+
+* ``sampled`` (the default; torchvision's and mmdetection v1's): the sampled RoIs, 512 per image
+  with at most 25 % positives (``BalancedPositiveNegativeSampler``; mmdetection's RandomSampler
+  ``num=512, pos_fraction=0.25, add_gt_as_proposals=True``), the same RoIs as the box loss.
+* ``all_proposals``: the classifier loss sees every RoI of every image, the RPN's post-NMS
+  proposals followed by the image's ground-truth boxes (mmdetection's ``add_gt_as_proposals``),
+  each labelled by the same matcher (IoU >= 0.5 with a ground-truth box: its class, else
+  background: mmdetection v1's rcnn assigner ``pos_iou_thr=neg_iou_thr=min_pos_iou=0.5``). The
+  box head and predictor run on all of them; the box-regression loss is still computed on the
+  sampled subset drawn exactly as in ``sampled`` (the same sampler, the same draws from the global
+  generator) and divided by its size, so that term is the one of ``sampled``. This is the paper
+  profile's reading of Sec. 5.3, an inference and not a stated setting: the paper times the AP
+  loss "for sequences with 320k elements as in the object detection experiments"; batch 8 x 2000
+  post-NMS proposals (mmdetection v1 VOC ``rpn_proposal max_num=2000``) x 20 classes is 320,000
+  exactly, while the sampled RoIs give 8 x 512 x 20 = 81,920. The authors' detection code is not
+  public. Under DDP the rank loss gathers these RoIs of every process as it gathers the sampled
+  ones (:mod:`rambo.detection.distributed`; the counts differ per process).
+
 Under bfloat16 autocast (``precision: bfloat16``, :mod:`rambo.harness.precision`) the classifier's
 logits and box regression are cast to float32 where they leave the predictor, and the losses run
 outside autocast (whose matrix products would otherwise compute in bf16 again): the rank loss
@@ -28,6 +47,7 @@ from torchvision.models.detection.roi_heads import RoIHeads
 from torchvision.ops import boxes as box_ops
 
 SCORE_FUNCTIONS = ("softmax", "logit")
+CLASSIFIER_ROIS = ("sampled", "all_proposals")
 TORCHVISION_BOX_BETA = 1.0 / 9.0  # torchvision fastrcnn_loss; mmdetection v1's bbox head uses 1.0
 
 
@@ -72,14 +92,24 @@ class ConfigurableLossRoIHeads(RoIHeads):
       the ``candidates_per_image`` best (box, class) pairs go to NMS instead. Output ``scores``
       are these logits (a sigmoid would keep the order but tie saturated values in float32).
 
+    ``classifier_rois``: ``sampled`` (default) or ``all_proposals``, the RoIs the classifier loss
+    is computed on in training (module docstring); inference is the same in both.
+
     Masks and keypoints are not supported.
     """
 
     def __init__(self, *args, classifier_loss: torch.nn.Module, score_function: str = "softmax",
-                 candidates_per_image: int = 1000, box_smooth_l1_beta: float = TORCHVISION_BOX_BETA, **kwargs):
+                 candidates_per_image: int = 1000, box_smooth_l1_beta: float = TORCHVISION_BOX_BETA,
+                 classifier_rois: str = "sampled", **kwargs):  # fmt: skip
         super().__init__(*args, **kwargs)
         if score_function not in SCORE_FUNCTIONS:
             raise ValueError(f"score_function must be one of {SCORE_FUNCTIONS}, got {score_function!r}")
+        if classifier_rois not in CLASSIFIER_ROIS:
+            raise ValueError(f"classifier_rois must be one of {CLASSIFIER_ROIS}, got {classifier_rois!r}")
+        if classifier_rois == "all_proposals" and self.proposal_matcher.high_threshold != self.proposal_matcher.low_threshold:
+            # between the two thresholds a RoI is "ignored" (label -1), which a classifier loss over all RoIs cannot take
+            raise ValueError("classifier_rois=all_proposals needs fg_iou_thresh == bg_iou_thresh (mmdetection's 0.5 and 0.5)")
+        self.classifier_rois = classifier_rois
         if not box_smooth_l1_beta > 0:
             raise ValueError(f"box_smooth_l1_beta must be > 0, got {box_smooth_l1_beta}")
         self.box_smooth_l1_beta = float(box_smooth_l1_beta)
@@ -117,6 +147,8 @@ class ConfigurableLossRoIHeads(RoIHeads):
             return super().forward(features, proposals, image_shapes, targets)
         if targets is None:
             raise ValueError("targets are required in training mode")
+        if self.classifier_rois == "all_proposals":
+            return self._all_proposals_losses(features, proposals, image_shapes, targets)
         proposals, _, labels, regression_targets = self.select_training_samples(proposals, targets)
         box_features = self.box_head(self.box_roi_pool(features, proposals, image_shapes))
         class_logits, box_regression = (output.float() for output in self.box_predictor(box_features))
@@ -124,5 +156,44 @@ class ConfigurableLossRoIHeads(RoIHeads):
             labels = torch.cat(labels, dim=0)
             loss_box_reg = box_regression_loss(box_regression, labels, torch.cat(regression_targets, dim=0),
                                                self.box_smooth_l1_beta)  # fmt: skip
+            loss_classifier = self.classifier_loss(class_logits, labels)
+        return [], {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg}
+
+    def label_all_proposals(self, proposals, targets):
+        """Every RoI of every image with its label and the sampled subset (``classifier_rois=all_proposals``).
+
+        Returns ``rois`` (per image: its proposals, then its ground-truth boxes), ``labels`` (per
+        image ``[R_i]``: the matched ground truth's class at IoU >= 0.5, else 0), ``sampled`` (per
+        image, the sorted indices into ``rois`` that :meth:`select_training_samples` would keep:
+        the same sampler and the same draws) and ``regression_targets`` (per image, of the sampled
+        RoIs only)."""
+        self.check_targets(targets)
+        dtype = proposals[0].dtype
+        gt_boxes = [t["boxes"].to(dtype) for t in targets]
+        rois = self.add_gt_proposals(proposals, gt_boxes)
+        matched_idxs, labels = self.assign_targets_to_proposals(rois, gt_boxes, [t["labels"] for t in targets])
+        sampled = self.subsample(labels)
+        matched_gt_boxes = []
+        for index, matched, boxes in zip(sampled, matched_idxs, gt_boxes):
+            if boxes.numel() == 0:  # an image without objects: every RoI background, no regression
+                boxes = torch.zeros((1, 4), dtype=dtype, device=index.device)
+            matched_gt_boxes.append(boxes[matched[index]])
+        regression_targets = self.box_coder.encode(matched_gt_boxes, [r[index] for r, index in zip(rois, sampled)])
+        return rois, labels, sampled, regression_targets
+
+    def _all_proposals_losses(self, features, proposals, image_shapes, targets):
+        """The training losses with ``classifier_rois=all_proposals`` (module docstring)."""
+        rois, labels, sampled, regression_targets = self.label_all_proposals(proposals, targets)
+        box_features = self.box_head(self.box_roi_pool(features, rois, image_shapes))
+        class_logits, box_regression = (output.float() for output in self.box_predictor(box_features))
+        offsets, start = [], 0
+        for index, image_rois in zip(sampled, rois):
+            offsets.append(index + start)
+            start += len(image_rois)
+        sampled = torch.cat(offsets)
+        with torch.autocast(class_logits.device.type, enabled=False):  # the losses in float32 (module docstring)
+            labels = torch.cat(labels, dim=0)
+            loss_box_reg = box_regression_loss(box_regression[sampled], labels[sampled],
+                                               torch.cat(regression_targets, dim=0), self.box_smooth_l1_beta)  # fmt: skip
             loss_classifier = self.classifier_loss(class_logits, labels)
         return [], {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg}
