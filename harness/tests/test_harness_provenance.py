@@ -28,14 +28,65 @@ def test_provenance_names_code_libraries_machine_threads_and_profile():
     json.dumps(facts)  # JSON as it is: it goes into metrics.json and the W&B config
 
 
-def test_the_commit_is_the_checkout_that_tracks_the_code():
+def test_the_commit_is_the_last_change_to_the_sources_of_the_checkout_that_tracks_the_code():
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("a source tree without git (git_state is None there: the next test)")
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    folders = [f for f in provenance.SOURCE_FOLDERS if (REPO / f).is_dir()]
+    last = subprocess.run(["git", "log", "-1", "--format=%H", "--", *folders], cwd=REPO, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
     from rambo.harness import run
 
     state = git_state(run.__file__)
-    assert state is not None and state["commit"] == head and isinstance(state["dirty"], bool)
+    assert state is not None and state["source_commit"] == last and isinstance(state["dirty"], bool)
+
+
+def test_a_results_commit_on_top_leaves_the_recorded_commit_and_a_source_edit_marks_it_dirty(tmp_path):
+    """Issue 34: a fresh clone of the commit that added the results records what the committed runs
+    recorded. A scratch repository with a source folder and a results folder, real git."""
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    repo = tmp_path / "repo"
+    (repo / "harness").mkdir(parents=True)
+    (repo / "results").mkdir()
+    code = repo / "harness" / "code.py"
+    code.write_text("x = 1\n")
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                              capture_output=True, text=True).stdout.strip()  # fmt: skip
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "code")
+    code_commit = git("rev-parse", "HEAD")
+    made = git_state.__wrapped__(str(code))
+    (repo / "results" / "metrics.json").write_text(json.dumps({"provenance": {"git": made}}))
+    git("add", ".")
+    git("commit", "-qm", "results")
+    assert git("rev-parse", "HEAD") != code_commit
+    assert git_state.__wrapped__(str(code)) == made == {"source_commit": code_commit, "dirty": False}
+    code.write_text("x = 2\n")
+    assert git_state.__wrapped__(str(code)) == {"source_commit": code_commit, "dirty": True}
+
+
+def test_launch_facts_name_the_launcher_and_the_processes(monkeypatch):
+    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert provenance.launch_facts() == {"launcher": "local", "processes": 1}
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert provenance.launch_facts() == {"launcher": "torchrun", "processes": 2}
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.setenv("SLURM_JOB_ID", "17")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "16")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    assert provenance.launch_facts() == {"launcher": "slurm", "processes": 2,
+                                         "slurm": {"job_id": "17", "array_job_id": "16", "array_task_id": "1"}}  # fmt: skip
+    facts = {"device": {"cpu": "Some CPU", "cpu_capability": "AVX2"}, "threads": 1, "libraries": {"torch": "2.14.1"},
+             "launch": {"launcher": "slurm", "processes": 2}}  # fmt: skip
+    assert machine_label(facts) == "Some CPU, CPU kernels AVX2, 1 thread, 2 processes, torch 2.14.1"
 
 
 def test_a_copy_outside_git_or_untracked_in_a_checkout_has_no_commit(tmp_path):

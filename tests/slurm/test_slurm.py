@@ -232,6 +232,10 @@ def test_one_run_on_two_slurm_tasks_equals_the_two_process_torchrun_run(cluster,
     run(cluster, [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rambo.retrieval.train",
                   *base, f"output_dir={out}", f"hydra.run.dir={out}"], shared)  # fmt: skip
     assert results(sweep_dir / "seed0" / "metrics.json") == results(out / "metrics.json")
+    # What launched each, in its provenance (issue 34): the metrics agree, and differ from one process's.
+    by_slurm = json.loads((sweep_dir / "seed0" / "metrics.json").read_text())["provenance"]["launch"]
+    assert by_slurm["launcher"] == "slurm" and by_slurm["processes"] == 2 and by_slurm["slurm"]["job_id"], by_slurm
+    assert json.loads((out / "metrics.json").read_text())["provenance"]["launch"] == {"launcher": "torchrun", "processes": 2}
     print(f"\n(e) one run on two SLURM tasks (srun, gloo) in {seconds:.0f} s: ranks from SLURM_PROCID/SLURM_NTASKS; "
           "metrics equal the two-process torchrun run's")
 

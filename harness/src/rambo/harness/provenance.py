@@ -1,16 +1,22 @@
-"""What made a run: the code (project versions, git commit and whether its sources were edited), the
-libraries, the machine (CPU model and torch's CPU kernel capability, or the GPU), the thread count
-and the profile. Every run's ``metrics.json`` and W&B config carry it (:mod:`.run`), and the
+"""What made a run: the code (project versions; the commit of the last change to the sources that
+make runs, and whether those sources were edited), the libraries, the machine (CPU model and
+torch's CPU kernel capability, or the GPU), the thread count, how the run was launched (local,
+torchrun or a SLURM job, and its number of processes) and the profile. Every run's ``metrics.json`` and W&B config carry it (:mod:`.run`), and the
 tables name the machines their runs came from: floating-point results differ between CPU kernels
 (``ATEN_CPU_CAPABILITY``: ``default``, ``avx2``, ``avx512``) and thread counts, so a number is only
 fully described with them.
 
-Nothing here holds a time or a host name: two identical runs on one machine record the same facts.
+Nothing here holds a time or a host name: two identical runs on one machine, launched the same
+way, record the same facts. The commit is the last one that changed :data:`SOURCE_FOLDERS`, not the
+checkout's HEAD, so a commit of results on top of the code that made them leaves it as it was (a
+fresh clone of that commit records what the committed runs recorded: issue 34). Under SLURM the job
+(and array) ids are recorded too, so there two runs differ by them.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import subprocess
 from importlib import metadata
@@ -42,18 +48,41 @@ def _git(args: list[str], cwd: Path) -> str | None:
 
 @functools.lru_cache(maxsize=None)
 def git_state(source_file: str | None = None) -> dict | None:
-    """``{"commit", "dirty"}`` of the git checkout that *tracks* this package's source file (an
+    """``{"source_commit", "dirty"}`` of the git checkout that *tracks* this package's source file (an
     editable install), or ``None`` (a wheel in site-packages, a copy without git; a ``.venv`` inside
     a checkout is not tracked by it, so a wheel installed there is not mistaken for the checkout).
-    ``dirty``: uncommitted changes under :data:`SOURCE_FOLDERS`."""
+    ``source_commit``: the last commit that changed :data:`SOURCE_FOLDERS` (``git log -1 -- ...``);
+    ``dirty``: uncommitted changes under them."""
     path = Path(source_file or __file__).resolve()
     top = _git(["rev-parse", "--show-toplevel"], path.parent)
     if top is None or _git(["ls-files", "--error-unmatch", str(path)], path.parent) is None:
         return None
-    commit = _git(["rev-parse", "HEAD"], Path(top))
     folders = [f for f in SOURCE_FOLDERS if (Path(top) / f).is_dir()]
+    commit = _git(["log", "-1", "--format=%H", "--", *folders], Path(top)) or None
     status = _git(["status", "--porcelain", "--untracked-files=no", "--", *folders], Path(top))
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
+    return {"source_commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def launch_facts() -> dict:
+    """How the run was started: ``launcher`` (``slurm`` inside a SLURM job, ``torchrun`` under
+    torch's elastic launcher, else ``local``), ``processes`` (the world size: results differ
+    between one process and several, while two SLURM tasks and a two-process torchrun agree) and,
+    in a SLURM job, its job id and array job / task ids."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        processes = dist.get_world_size()
+    else:
+        processes = int(os.environ.get("WORLD_SIZE") or os.environ.get("SLURM_NTASKS") or 1)
+    facts: dict = {"launcher": "local", "processes": processes}
+    if os.environ.get("SLURM_JOB_ID"):
+        facts["launcher"] = "slurm"
+        facts["slurm"] = {key: os.environ[name] for key, name in (
+            ("job_id", "SLURM_JOB_ID"), ("array_job_id", "SLURM_ARRAY_JOB_ID"), ("array_task_id", "SLURM_ARRAY_TASK_ID"))
+            if os.environ.get(name)}  # fmt: skip
+    elif os.environ.get("TORCHELASTIC_RUN_ID"):
+        facts["launcher"] = "torchrun"
+    return facts
 
 
 def cpu_model() -> str:
@@ -86,7 +115,9 @@ def machine_label(provenance: dict) -> str:
     threads = provenance.get("threads")
     thread_text = f"{threads} thread{'s' if threads != 1 else ''}" if threads is not None else "threads unknown"
     torch_version = provenance.get("libraries", {}).get("torch")
-    return f"{where}, CPU kernels {device.get('cpu_capability', 'unknown')}, {thread_text}, torch {torch_version}"
+    processes = provenance.get("launch", {}).get("processes", 1)
+    process_text = f", {processes} processes" if processes != 1 else ""
+    return f"{where}, CPU kernels {device.get('cpu_capability', 'unknown')}, {thread_text}{process_text}, torch {torch_version}"
 
 
 def run_provenance(profile: str | None = None, device: torch.device | str | None = None) -> dict:
@@ -99,5 +130,6 @@ def run_provenance(profile: str | None = None, device: torch.device | str | None
         "python": platform.python_version(),
         "device": device_facts(device),
         "threads": torch.get_num_threads(),
+        "launch": launch_facts(),
         "profile": profile,
     }
