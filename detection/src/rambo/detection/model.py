@@ -11,6 +11,7 @@ from torchvision.ops import MultiScaleRoIAlign
 
 from .backbones import build_backbone
 from .roi_heads import ConfigurableLossRoIHeads
+from .rpn import BorderAwareRPN
 
 
 def build_classifier_loss(loss, num_classes: int) -> torch.nn.Module:
@@ -25,7 +26,10 @@ def build_detector(model, loss, num_classes: int) -> FasterRCNN:
     """Faster R-CNN + FPN from the ``model`` and ``loss`` config groups (see ``configs/``).
 
     ``num_classes``: C object classes; the predictor has C + 1 outputs (torchvision: background 0).
-    The RPN and the box head are torchvision's; the RoI heads (:class:`ConfigurableLossRoIHeads`) swap the classifier loss,
+    The RPN and the box head are torchvision's; the RPN (:class:`rambo.detection.rpn.BorderAwareRPN`)
+    leaves the anchors crossing the image border out of its training targets by
+    ``model.rpn_allowed_border`` (mmdetection's 0; null, also when absent: every anchor, as
+    torchvision); the RoI heads (:class:`ConfigurableLossRoIHeads`) swap the classifier loss,
     compute it on the RoIs ``loss.classifier_rois`` names (``sampled`` when absent, or
     ``all_proposals``), and take the box loss's smooth-L1 beta from ``model.box_smooth_l1_beta``
     (mmdetection's 1.0 when absent; torchvision's is 1/9).
@@ -53,6 +57,14 @@ def build_detector(model, loss, num_classes: int) -> FasterRCNN:
         box_roi_pool=roi_pool,
         box_head=box_head,
         box_predictor=box_predictor,
+    )
+    rpn = detector.rpn  # torchvision's, rebuilt with the same parts and numbers plus the border rule
+    detector.rpn = BorderAwareRPN(
+        rpn.anchor_generator, rpn.head,
+        fg_iou_thresh=rpn.proposal_matcher.high_threshold, bg_iou_thresh=rpn.proposal_matcher.low_threshold,
+        batch_size_per_image=rpn.fg_bg_sampler.batch_size_per_image, positive_fraction=rpn.fg_bg_sampler.positive_fraction,
+        pre_nms_top_n=rpn._pre_nms_top_n, post_nms_top_n=rpn._post_nms_top_n, nms_thresh=rpn.nms_thresh,
+        score_thresh=rpn.score_thresh, allowed_border=model.get("rpn_allowed_border"),
     )
     detector.roi_heads = ConfigurableLossRoIHeads(
         roi_pool, box_head, box_predictor,
