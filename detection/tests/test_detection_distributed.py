@@ -23,9 +23,10 @@ def test_the_training_app_runs_under_torchrun_with_two_processes(tmp_path):
 
 def test_mmdetection_batchnorm_and_the_authors_margin_run_under_torchrun(tmp_path):
     """Two processes with a pretrained backbone in mmdetection's BatchNorm (statistics frozen, affine
-    trained in layer2..4, no SyncBN), aspect-ratio batches and the authors' random margin run end to
-    end; the checkpoint keeps the loaded statistics, a trained layer3 and a frozen layer1 BN weight,
-    and the margin generator's state. (That the processes draw alike is not checked here: each
+    trained in layer2..4, no SyncBN), aspect-ratio batches, the authors' random margin and the rank
+    loss over all proposals (each process's own number of RoIs, gathered) run end to end; the
+    checkpoint keeps the loaded statistics, a trained layer3 and a frozen layer1 BN weight, and the
+    margin generator's state. (That the processes draw alike is not checked here: each
     seeds its generator from the same global seed before any data-dependent draw.)"""
     import torch
 
@@ -36,7 +37,8 @@ def test_mmdetection_batchnorm_and_the_authors_margin_run_under_torchrun(tmp_pat
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rambo.detection.train",
         "experiment=tiny_rambo", f"data_dir={tmp_path / 'data'}", f"hydra.run.dir={tmp_path / 'run'}",
         "experiment_name=tiny_rambo_ddp_check", "model.pretrained=true", f"model.weights_path={tmp_path / 'r18.pth'}",
-        "model.trainable_layers=3", "loss.margin_mode=authors_random", "schedule.epochs=1", "schedule.max_iterations_per_epoch=2",
+        "model.trainable_layers=3", "loss.margin_mode=authors_random", "loss.classifier_rois=all_proposals",
+        "schedule.epochs=1", "schedule.max_iterations_per_epoch=2",
         "data.max_test_images=2", "wandb.mode=disabled",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
