@@ -384,15 +384,17 @@ def needs_detection(plan: dict, card_gib: float = 16, allowance_gib: float = CUD
 def shape_key(app: str, cfg) -> str:
     """What decides the model's lines: rows with the same key share one measurement (that of the first
     row listed). Retrieval: the backbone, image, embedding, BatchNorm mode and whether the step is
-    two-pass (the loss is measured per row at its own batch). Detection: the backbone and the sizes;
-    the RoI classifier loss (CE, or RaMBO on [4,096 x 21] logits, x 8 with its memory: megabytes)
-    is left out."""
+    two-pass (the loss is measured per row at its own batch). Detection: the backbone, the sizes and
+    which RoIs the box head classifies in training (``loss.classifier_rois``: the 512 sampled per
+    image, or every proposal, the paper RaMBO rows'); the RoI classifier loss itself (CE, or RaMBO
+    on the logits, x 8 with its memory: megabytes) is left out."""
     if app == "retrieval":
         parts = [cfg.model.backbone, cfg.image_size, cfg.model.embedding_dim, cfg.model.freeze_batchnorm,
                  "two-pass" if cfg.two_pass_chunk_size else "one-pass"]
     else:
         parts = [cfg.model.backbone, cfg.model.min_size, cfg.model.max_size, cfg.model.trainable_layers,
-                 cfg.model.box_batch_size_per_image, cfg.model.rpn_post_nms_top_n_train]  # fmt: skip
+                 cfg.model.box_batch_size_per_image, cfg.model.rpn_post_nms_top_n_train,
+                 cfg.loss.get("classifier_rois", "sampled")]  # fmt: skip
     return "|".join(str(p) for p in parts)
 
 
