@@ -147,14 +147,6 @@ def workdir(tmp_path):
         shutil.rmtree(tmp_path, ignore_errors=True)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 34: dvc.lock records the md5 of every checkpoint (persist outs of the run stages, deps of "
-    "retrieval_export; figures/out/sodeep_sorter.pt) and those bytes differ between two clones though "
-    "every tensor is equal: rambo.harness.atomic.save_torch calls torch.save on a mkstemp path, whose "
-    "random name becomes the zip archive's record prefix; the checkpoints' pickled config holds absolute "
-    "paths (output_dir, curve_path, metrics_path); they hold wall times (retrieval curve[].seconds, "
-    "detection extra.train_seconds); detection identity.init_checkpoint_md5 inherits the warm start's "
-    "difference. Only dvc.lock changes: results/, figures/out/ and params.yaml are identical"))
 def test_a_committed_tiny_reproduction_reproduces_itself_in_a_fresh_clone(workdir):
     if shutil.which("git") is None or shutil.which("make") is None:
         pytest.skip("git and make are needed")

@@ -33,7 +33,7 @@ def test_a_failed_save_keeps_the_previous_file(tmp_path, monkeypatch):
     save_torch({"epoch": 1}, path)
 
     def crash(obj, f):
-        open(f, "wb").write(b"half a file")
+        f.write(b"half a file")  # through the open temporary file
         raise OSError("disk full")
 
     monkeypatch.setattr(torch, "save", crash)

@@ -1,7 +1,9 @@
 """TrainingRun: the run's life, with a toy model (the apps' own tests run it for real)."""
 
 import json
+import random
 
+import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -74,7 +76,27 @@ def test_timings_are_logged_but_kept_out_of_the_curve_file(tmp_path, caplog):
         run.finish({"done": True})
     assert json.loads((tmp_path / "curve.json").read_text()) == [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}]
     assert "seconds" in caplog.text
-    assert [record["seconds"] for record in torch.load(tmp_path / "checkpoint.pt", weights_only=True)["curve"]] == [0.5, 1.0]
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["curve"] == [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}]
+
+
+def test_the_same_run_in_two_folders_writes_byte_identical_checkpoints(tmp_path):
+    """DVC hashes the checkpoints (dvc.lock, issue 34): neither the run's folder (absolute under
+    Hydra), nor the temporary file's random name, nor a timing may reach the checkpoint's bytes."""
+    def make(out, seconds):
+        random.seed(0), np.random.seed(0), torch.manual_seed(0)  # the random states are checkpointed
+        cfg = config(out.resolve())  # where the files are may change, as in the apps' configs
+        cfg.resume_may_change += ["output_dir", "metrics_path", "curve_path", "checkpoint_path"]
+        run = TrainingRun(cfg, {"model": torch.nn.Linear(3, 1)}, untracked_keys=("seconds",))
+        for epoch in run.epochs(2):
+            run.end_epoch({"epoch": epoch, "loss": 1.0 / epoch, "seconds": seconds * epoch}, 2)
+        run.finish({"done": True})
+        return (out / "checkpoint.pt").read_bytes()
+
+    first, second = make(tmp_path / "a", 0.5), make(tmp_path / "elsewhere" / "b", 7.25)
+    assert first == second
+    saved = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=True)
+    assert saved["config"]["lr"] == 0.1 and not {"output_dir", "metrics_path", "curve_path", "checkpoint_path"} & set(saved["config"])
+    assert str(tmp_path) not in first.decode("latin-1")
 
 
 def test_a_non_finite_epoch_loss_saves_nothing_and_says_what_is_kept(tmp_path):

@@ -132,11 +132,12 @@ def train(cfg: DictConfig) -> dict:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda iteration: learning_rate_factor(iteration, iterations, schedule))
     trained = wrap_model(model, device, broadcast_buffers=False)
     run = TrainingRun(cfg, {"model": model, "optimizer": optimizer, "scheduler": scheduler},
-                      extra={"train_seconds": 0.0, "train_images": 0}, is_main=setup.is_main,
+                      is_main=setup.is_main,
                       identity_extra=started_from, device=device,
                       wandb_keys={"task": "detection", "dataset": cfg.data.name, "loss_name": cfg.loss.name,
                                   "lambda": cfg.loss.get("lam"), "margin": cfg.loss.get("margin"), "tau": cfg.loss.get("tau"),
                                   "seed": cfg.seed})  # fmt: skip
+    train_seconds, train_images = 0.0, 0  # this invocation's, for the log's throughput (not checkpointed: a machine's)
     for epoch in run.epochs(schedule.epochs):
         flips = torch.Generator().manual_seed(cfg.seed * 1000 + epoch - 1 + 500 + 7919 * setup.rank)
         started = time.perf_counter()
@@ -147,16 +148,15 @@ def train(cfg: DictConfig) -> dict:
                                             forward_context)  # fmt: skip
         except FloatingPointError as error:
             raise run.diverged(error) from None
-        run.extra["train_seconds"] += time.perf_counter() - started
-        run.extra["train_images"] += images * world_size()
+        train_seconds += time.perf_counter() - started
+        train_images += images * world_size()
         run.end_epoch({"epoch": epoch, "loss": sum(means.values()), **means}, schedule.epochs)
     if not setup.is_main:
         return {}
     started = time.perf_counter()
     results = evaluate(model, test_set, device, cfg.eval.batch_size, len(classes), cfg.progress, forward_context)
     eval_seconds = time.perf_counter() - started
-    seconds, images = run.extra["train_seconds"], run.extra["train_images"]
-    speed = {"train images/s": images / seconds if seconds > 0 else None,
+    speed = {"train images/s": train_images / train_seconds if train_seconds > 0 else None,
              "eval images/s": len(test_set) / eval_seconds if eval_seconds > 0 else None}  # the log's, not the metrics'
     headline = {"AP50": results[cfg.eval.method]["map"], "AP50_area": results["area"]["map"]}
     return run.finish(detection_metrics(cfg, classes, results, run), headline, speed)

@@ -63,9 +63,15 @@ def write_json(path: str | os.PathLike, data) -> Path:
 
 
 def save_torch(obj, path: str | os.PathLike) -> Path:
-    """``torch.save(obj)`` to ``path`` atomically (a killed run leaves the previous checkpoint)."""
+    """``torch.save(obj)`` to ``path`` atomically (a killed run leaves the previous checkpoint).
+
+    torch writes through an open file, not to the temporary's path: given a path, torch names the
+    archive's records after the file (here a random temporary name), so two saves of equal objects
+    would differ in bytes; through a file every record is under ``archive/`` and equal objects give
+    equal files (a rerun leaves DVC's hash of a checkpoint unchanged, issue 34)."""
     import torch
 
     with atomic_path(path) as temporary:
-        torch.save(obj, temporary)
+        with open(temporary, "wb") as handle:
+            torch.save(obj, handle)
     return Path(path)

@@ -53,6 +53,17 @@ def homogeneous(records: list[dict]) -> list[dict]:
     return [{key: record.get(key) for key in keys} for record in records]
 
 
+#: The config keys that say where this run's own files are (absolute paths under Hydra):
+#: left out of the config a checkpoint holds, which is read for what the run was (model, data).
+RUN_FILE_KEYS = ("output_dir", "metrics_path", "headline_path", "curve_path", "checkpoint_path")
+
+
+def placeless(config: Mapping) -> dict:
+    """``config`` without :data:`RUN_FILE_KEYS`: what a checkpoint keeps of its run's config, so
+    that the same run made in another folder or clone writes a byte-identical checkpoint (issue 34)."""
+    return {key: value for key, value in config.items() if key not in RUN_FILE_KEYS}
+
+
 def wandb_group(profile: str | None, experiment: str) -> str:
     """The W&B group of a run: ``<profile>/<experiment>``, so mini and paper runs of one experiment
     never share a group (one group per table row and profile)."""
@@ -64,10 +75,11 @@ class TrainingRun:
 
     ``stateful`` maps names to objects with ``state_dict`` / ``load_state_dict``; ``extra`` is
     app data carried across a resume (e.g. the list of evaluations), restored into
-    :attr:`extra` and saved from it. ``summary_keys``: the keys of a curve record shown in the
+    :attr:`extra` and saved from it (nothing machine-dependent such as timings: it is checkpointed). ``summary_keys``: the keys of a curve record shown in the
     per-epoch log line (all of them when ``None``). ``untracked_keys``: keys of a record that
-    depend on the machine (timings): logged and sent to W&B, kept out of the curve file, which
-    DVC tracks and which must not change when an unchanged run is made again. ``identity_extra``:
+    depend on the machine (timings): logged and sent to W&B, kept out of the curve file and out of
+    the checkpoint, which DVC tracks and which must not change when an unchanged run is made again
+    (so a resumed run's earlier records lack them). ``identity_extra``:
     facts outside the config that make a run another run (e.g. the MD5 of the weights it starts
     from), added to the identity a resumed checkpoint must match. ``device``: where the run
     computes, for its provenance (build it after the thread count is set).
@@ -139,8 +151,9 @@ class TrainingRun:
         if self.is_main:
             save_checkpoint(
                 {"state": {name: target.state_dict() for name, target in self.stateful.items()},
-                 "epoch": self.epoch, "curve": self.curve, "extra": self.extra, "rng": rng_states(),
-                 "config": self.config, "identity": self.identity, "wandb_id": self.wandb.id if self.wandb else None},
+                 "epoch": self.epoch, "curve": self._tracked_curve(), "extra": self.extra, "rng": rng_states(),
+                 "config": placeless(self.config), "identity": self.identity,
+                 "wandb_id": self.wandb.id if self.wandb else None},
                 self.checkpoint_path,
             )  # fmt: skip
             self._write_curve()
@@ -150,9 +163,11 @@ class TrainingRun:
                 self.wandb.log(row, step=self.epoch)
         barrier()
 
+    def _tracked_curve(self) -> list[dict]:
+        return [{key: value for key, value in record.items() if key not in self.untracked_keys} for record in self.curve]
+
     def _write_curve(self) -> None:
-        tracked = [{key: value for key, value in record.items() if key not in self.untracked_keys} for record in self.curve]
-        write_json(self.cfg.curve_path, homogeneous(tracked))
+        write_json(self.cfg.curve_path, homogeneous(self._tracked_curve()))
 
     def finish(self, metrics: dict, headline: Mapping | None = None, log_extra: Mapping | None = None) -> dict:
         """Write the curve (also when a resumed run had no epoch left), ``metrics`` (with the run's
