@@ -37,7 +37,7 @@ from rambo.harness.checkpoint import save_checkpoint
 from rambo.harness.distributed import ShardedBatchSampler, barrier, detect_setup, init_process_group, wrap_model
 from rambo.harness.precision import autocast, to_channels_last
 from rambo.harness.row_name import check_row_name
-from rambo.harness.run import TrainingRun
+from rambo.harness.run import TrainingRun, placeless
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
 
 from .batch_transforms import BatchTrainAugmentation
@@ -161,7 +161,7 @@ def train(cfg: DictConfig) -> dict:
             row.update({f"{split}/{k}": v for split in ("test", "validation") for k, v in history[-1].get(split, {}).items()})
             if history[-1].get("validation") and select_protocols(history)["fair_protocol"]["epoch"] == epoch:
                 best = Path(cfg.checkpoint_path).with_name("best_validation.pt")
-                save_checkpoint({"state": {"model": model.state_dict()}, "config": run.config, "epoch": epoch}, best)
+                save_checkpoint({"state": {"model": model.state_dict()}, "config": placeless(run.config), "epoch": epoch}, best)
         run.end_epoch(row, cfg.epochs)
     if cfg.epochs == 0 and setup.is_main:  # the untrained model: the baseline a user compares against
         log.info("epochs=0: evaluating the untrained model (no training, no checkpoint)")
