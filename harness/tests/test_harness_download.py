@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import io
 import os
@@ -20,14 +19,7 @@ import pytest
 from rambo.harness import download as download_module
 from rambo.harness.download import DatasetFile, DownloadError, ensure_dataset, fetch_file, md5_of
 from rambo.harness.extract import ArchiveError, UnsafeArchiveError
-
-
-def listing(folder: Path) -> list[str]:
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
-
-
-def md5(data: bytes) -> str:
-    return hashlib.md5(data).hexdigest()
+from rambo.harness.testing import listing, md5
 
 
 def served(tmp_path: Path, name: str, data: bytes) -> Path:

@@ -10,10 +10,7 @@ from pathlib import Path
 import pytest
 
 from rambo.harness.extract import ArchiveClashError, ArchiveError, UnsafeArchiveError, check_members, extract
-
-
-def listing(folder: Path) -> list[str]:
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+from rambo.harness.testing import listing
 
 
 def make_tar(path: Path, members: list[tuple], mode: str = "w") -> Path:

@@ -5,12 +5,10 @@ The download and extraction machinery itself is tested in harness/tests.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import io
 import re
 import tarfile
-import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -20,6 +18,7 @@ from PIL import Image
 
 from rambo.harness.download import DatasetFile, DownloadError
 from rambo.retrieval.datasets import load_cub, load_inshop, load_sop
+from rambo.harness.testing import listing, md5, no_network  # noqa: F401 (no_network: a fixture, taken by importing it)
 
 download_module = importlib.import_module("rambo.retrieval.datasets.download")
 
@@ -56,27 +55,6 @@ def cub_tgz(path: Path) -> Path:
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
     return path
-
-
-def md5(path: Path) -> str:
-    return hashlib.md5(path.read_bytes()).hexdigest()
-
-
-def listing(folder: Path) -> list[str]:
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
-
-
-@pytest.fixture
-def no_network(monkeypatch):
-    """Every URL fails as it does offline; the calls are recorded."""
-    calls = []
-
-    def offline(url, *args, **kwargs):
-        calls.append(url)
-        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
-
-    monkeypatch.setattr(urllib.request, "urlopen", offline)
-    return calls
 
 
 def use_table(monkeypatch, name: str, *files: DatasetFile) -> None:
