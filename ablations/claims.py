@@ -22,11 +22,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-# Two-sided 95% quantiles of Student's t, t_{0.975}(df), df = 1..30 (standard tables).
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)  # fmt: skip
-Z_975 = 1.960
+from rambo.harness.paired_interval import Z_975, paired_interval, verdict
 
 
 @dataclass(frozen=True)
@@ -60,35 +56,6 @@ CLAIMS = (
     Claim("RaMBO, lambda 2.5 (5x larger), beats CE (Table 8)", "detection", "r50_07", "rambo-lam2.5", "ce",
           "AP50", 74.3, 74.2),
 )  # fmt: skip
-
-
-def t_quantile(df: int) -> float:
-    """t_{0.975}(df); the normal quantile beyond the table."""
-    if df < 1:
-        raise ValueError(f"a paired interval needs at least 2 seeds (df >= 1), got df = {df}")
-    return T_975[df - 1] if df <= len(T_975) else Z_975
-
-
-def paired_interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """Mean of ``a[i] - b[i]`` and its two-sided 95% t interval ``(mean, low, high)``."""
-    if len(a) != len(b):
-        raise ValueError(f"paired values need the same seeds, got {len(a)} and {len(b)}")
-    differences = [x - y for x, y in zip(a, b)]
-    mean = statistics.fmean(differences)
-    if len(differences) < 2:
-        return mean, float("nan"), float("nan")
-    half = t_quantile(len(differences) - 1) * statistics.stdev(differences) / math.sqrt(len(differences))
-    return mean, mean - half, mean + half
-
-
-def verdict(low: float, high: float) -> str:
-    if math.isnan(low):
-        return "not resolved (one seed)"
-    if low > 0:
-        return "holds"
-    if high < 0:
-        return "contradicted"
-    return "not resolved"
 
 
 def evaluate_claims(read_values, run_map: dict) -> list[dict]:

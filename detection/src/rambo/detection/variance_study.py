@@ -38,6 +38,7 @@ import torch
 from omegaconf import OmegaConf
 from rambo.harness.atomic import write_json, write_text
 from rambo.harness.checkpoint import load_checkpoint
+from rambo.harness.paired_interval import seeds_for_half_width
 
 from .evaluation_sampling import bootstrap_maps, disjoint_maps, map_of_images
 from .model import build_detector
@@ -46,15 +47,6 @@ from .synthetic import SYNTHETIC_CLASSES, generate
 from .voc import VOCDetectionDataset
 
 MINI_TEST = 80  # the mini's test images (data/synthetic.yaml generate.test)
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         11: 2.201, 12: 2.179, 14: 2.145, 19: 2.093, 29: 2.045}  # fmt: skip
-
-
-def t_975(df: int) -> float:
-    """Two-sided 95% Student-t quantile (the table's nearest df at or below; 1.96 beyond 29)."""
-    return 1.96 if df > 29 else T_975[max(k for k in T_975 if k <= df)]
-
-
 def designs(seeds: int) -> dict[str, list[tuple[int, int]]]:
     """``design -> [(row seed, warm-start seed)]`` (see the module docstring)."""
     return {"pipeline": [(s, s) for s in range(seeds)], "row_seed": [(s, 0) for s in range(seeds)],
@@ -137,7 +129,7 @@ def report(maps: dict, rows: tuple[str, str], seeds: int) -> dict:
     needed = {}
     for split in ("mini_test", "extra_test"):
         spread = table[f"pipeline ({split})"]["difference"]
-        needed[split] = next((n for n in range(2, 200) if t_975(n - 1) * spread / n**0.5 <= 2.0), None)
+        needed[split] = seeds_for_half_width(spread, 2.0)
     return {"rows": list(rows), "seeds": seeds, "sd_points": table, "pipeline_means": means,
             "seeds_for_2_points": needed}  # fmt: skip
 
