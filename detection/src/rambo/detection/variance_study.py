@@ -69,9 +69,10 @@ def run_folder(work: Path, experiment: str, seed: int, warm: int | None) -> Path
     return work / "runs" / experiment / (f"seed{seed}" if warm is None else f"seed{seed}_warm{warm}")
 
 
-def train(work: Path, data_dir: Path, experiment: str, seed: int, warm: int | None, overrides: list[str]) -> Path:
-    """One run of the training app (its log beside it); returns its folder."""
-    folder = run_folder(work, experiment, seed, warm)
+def train(work: Path, data_dir: Path, experiment: str, seed: int, warm: int | None, overrides: list[str],
+          folder: Path | None = None) -> Path:
+    """One run of the training app (its log beside it), in ``folder`` (default :func:`run_folder`); returns it."""
+    folder = folder or run_folder(work, experiment, seed, warm)
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "rambo.detection.train", f"experiment={experiment}", f"seed={seed}",
                f"data_dir={data_dir}", "data.test_set=mini_test", f"hydra.run.dir={folder}", "hydra.output_subdir=null",
