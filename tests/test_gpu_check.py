@@ -1,6 +1,7 @@
-"""``make gpu-check`` (benchmarks/gpu_check.py) at toy sizes on the CPU: every section runs the same
-code as on a GPU, so the script cannot rot between the sessions that have one."""
+"""``make gpu-check`` (benchmarks/gpu_check.py and its sections, benchmarks/gpu_sections/) at toy sizes on the
+CPU: every section runs the same code as on a GPU, so the script cannot rot between the sessions that have one."""
 
+import importlib
 import importlib.util
 import json
 import subprocess
@@ -12,9 +13,24 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "gpu_check.py"
+PACKAGE = REPO / "benchmarks" / "gpu_sections"
+NOT_SECTIONS = {"__init__", "common", "targets", "training_steps"}  # the package's shared modules
+
+
+def load_sections():
+    """benchmarks/gpu_sections as the package ``gpu_sections``, as the command imports it from its own folder
+    (registered in sys.modules, so that the command's ``import gpu_sections`` finds it)."""
+    if "gpu_sections" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("gpu_sections", PACKAGE / "__init__.py",
+                                                      submodule_search_locations=[str(PACKAGE)])  # fmt: skip
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["gpu_sections"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["gpu_sections"]
 
 
 def load_script():
+    load_sections()
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -47,6 +63,11 @@ def test_every_section_runs_at_toy_sizes_on_the_cpu(tmp_path):
     if not torch.cuda.is_available():
         assert "No GPU was found" in table and not report["meta"]["gpu_found"]
     assert "| detection_step | ok |" in table
+    # the report is each section's own rendering of its result, in the registry's order
+    blocks = ["\n".join(section.markdown(sections[name], report)) for name, section in load_sections().SECTIONS.items()]
+    assert all(block in table for block in blocks)
+    rendered = [block for block in blocks if block]
+    assert [table.index(block) for block in rendered] == sorted(table.index(block) for block in rendered)
 
 
 def test_a_failing_section_is_reported_not_hidden():
@@ -94,14 +115,49 @@ def test_the_cpu_paths_agree_on_the_checks_tied_rows():
     from rambo.core.benchmark import LAM, MARGIN
     from rambo.core.loss_path import loss_path
 
-    script = load_script()
+    load_sections()
+    common, ranks_identical = (importlib.import_module(f"gpu_sections.{name}") for name in ("common", "ranks_identical"))
     for seed, (shape, loss_fn) in enumerate([((1, 10**6), APLoss(MARGIN, LAM)), ((64, 8192), APLoss(MARGIN, LAM)),
                                              ((64, 8192), RecallLoss(0.02, 4.0, weighting="log"))]):  # fmt: skip
-        scores = script._tied_scores(shape, seed=min(seed, 1))
+        scores = ranks_identical.tied_scores(shape, seed=min(seed, 1))
         relevant = torch.rand(shape, generator=torch.Generator().manual_seed(7)) < 0.05
         relevant[:, 0] = True
         with loss_path("sparse"):
-            sparse = script._loss_fwd_bwd(loss_fn, scores, relevant)[1]
+            sparse = common.loss_fwd_bwd(loss_fn, scores, relevant)[1]
         with loss_path("dense"):
-            dense = script._loss_fwd_bwd(loss_fn, scores, relevant)[1]
+            dense = common.loss_fwd_bwd(loss_fn, scores, relevant)[1]
         assert torch.equal(sparse, dense) and (sparse != 0).sum() > 100, (shape, type(loss_fn).__name__)
+
+
+def test_the_registry_holds_each_section_once_with_its_own_measurement_and_rendering():
+    """Every module of benchmarks/gpu_sections but the shared ones is a section, registered once under its
+    module's name, in the command's order; each measures (``run``) and renders (``markdown``) itself."""
+    registry = load_sections().SECTIONS
+    modules = sorted(path.stem for path in PACKAGE.glob("*.py") if path.stem not in NOT_SECTIONS)
+    assert sorted(registry) == modules and len(set(registry.values())) == len(registry)
+    assert all(section.__name__ == f"gpu_sections.{name}" for name, section in registry.items())
+    assert all(callable(section.run) and callable(section.markdown) for section in registry.values())
+    assert load_script().SECTIONS == tuple(registry)
+    failed = {"meta": {"device": "cpu"}, "sections": {name: {"ok": False, "error": "RuntimeError"} for name in registry}}
+    assert all(section.markdown(failed["sections"][name], failed) == [] for name, section in registry.items())
+
+
+def test_each_section_renders_the_result_it_measured():
+    """Three cheap sections measured for real at toy sizes on the CPU, each rendered by its own ``markdown``:
+    one row per length measured, one per case compared, and nothing for a section that was skipped."""
+    sections = load_sections()
+    common = importlib.import_module("gpu_sections.common")
+    device, sizes = torch.device("cpu"), common.Sizes(toy=True)
+    report = {"meta": {"device": "cpu"}, "sections": {}}
+    for name in ("rank_losses", "ranks_identical", "cuda_graphs"):
+        report["sections"][name] = sections.SECTIONS[name].run(device, sizes)
+    losses = sections.rank_losses.markdown(report["sections"]["rank_losses"], report)
+    assert losses[0] == "## Rank losses, forward + backward (one row, 1 relevant in 100)"
+    assert [line.split(" | ")[0] for line in losses[4:-1]] == ["| 1.0e+03", "| 1.0e+04", "| 3.2e+03 (detection)"]
+    same = sections.ranks_identical.markdown(report["sections"]["ranks_identical"], report)
+    assert same[0] == "## Ranks and gradients, cpu vs cpu, tied input"
+    ties = [str(case["ties"]) for case in report["sections"]["ranks_identical"]["cases"]]
+    assert [line.split(" | ")[:4] for line in same[4:-1]] == [["| one row", "[1, 2000]", ties[0], "True"],
+                                                         ["| several rows", "[4, 500]", ties[1], "True"]]
+    if not torch.cuda.is_available():  # skipped without CUDA: measured nothing, so it renders nothing
+        assert sections.cuda_graphs.markdown(report["sections"]["cuda_graphs"], report) == []
