@@ -11,5 +11,5 @@ from . import (core_tests, cuda_graphs, detection_step, memory_plan, rank_losses
                recall_k_step, retrieval_step, sync_free)  # fmt: skip
 
 SECTIONS = {module.__name__.rsplit(".", 1)[-1]: module
-            for module in (core_tests, rank_losses, sync_free, cuda_graphs, ranks_identical, retrieval_step, recall_k_step,
-                           recall_at_k_eval, detection_step, memory_plan)}  # fmt: skip
+            for module in (core_tests, rank_losses, sync_free, cuda_graphs, ranks_identical, retrieval_step,
+                           recall_k_step, recall_at_k_eval, detection_step, memory_plan)}  # fmt: skip

@@ -10,7 +10,8 @@ import torch
 
 from rambo.core.benchmark import median_ms, synchronize
 
-from .common import PAPER_DETECTION_MS, Sizes, compose, format_gib, format_ms, loss_fwd_bwd, peak_gib, reset_peak, section_table
+from .common import (PAPER_DETECTION_MS, Sizes, compose, format_gib, format_ms, loss_fwd_bwd, peak_gib, reset_peak,
+                     section_table)  # fmt: skip
 
 
 def _detection_batches(batch: int, height: int, width: int, seed: int = 0) -> list:

@@ -8,8 +8,8 @@ import torch
 
 from rambo.core.benchmark import LAM, MARGIN, RELEVANT_FRACTION, median_ms
 
-from .common import (PAPER_DETECTION_MS, PAPER_V100_MS, Sizes, format_gib, format_ms, loss_fwd_bwd, peak_gib, random_row,
-                     reset_peak, section_table)  # fmt: skip
+from .common import (PAPER_DETECTION_MS, PAPER_V100_MS, Sizes, format_gib, format_ms, loss_fwd_bwd, peak_gib,
+                     random_row, reset_peak, section_table)  # fmt: skip
 
 
 def run(device: torch.device, sizes: Sizes) -> dict:
