@@ -436,6 +436,7 @@ def _retrieval_steps(device: torch.device, overrides: list[str], batch: int, ima
     """``steps`` timed training steps (after one warm-up) of the retrieval engine on random images."""
     from hydra.utils import instantiate
 
+    from rambo.harness.engine_options import EngineOptions
     from rambo.harness.precision import autocast, to_channels_last
     from rambo.retrieval.engine import train_one_epoch
     from rambo.retrieval.model import build_model
@@ -446,7 +447,7 @@ def _retrieval_steps(device: torch.device, overrides: list[str], batch: int, ima
     model = build_model(cfg.model).to(device)
     if cfg.channels_last:
         model = to_channels_last(model)
-    options = {"autocast": autocast(cfg.precision, device), "channels_last": bool(cfg.channels_last)}
+    options = EngineOptions(device=device, autocast=autocast(cfg.precision, device), channels_last=bool(cfg.channels_last))
     optimizer = build_optimizer(cfg, model)
     loss_fn = instantiate(cfg.loss.module).to(device)
     per_class = int(cfg.data.sampler.samples_per_class)
@@ -454,11 +455,11 @@ def _retrieval_steps(device: torch.device, overrides: list[str], batch: int, ima
     labels = torch.arange(batch, device=device) // per_class
     batches = [(images, labels, None)]
     chunk = chunk if chunk is not None else cfg.get("two_pass_chunk_size")
-    train_one_epoch(model, batches, loss_fn, optimizer, device, chunk, **options)  # warm-up (cuDNN autotune, memory)
+    train_one_epoch(model, batches, loss_fn, optimizer, chunk, options=options)  # warm-up (cuDNN autotune, memory)
     reset_peak(device)
     synchronize(device)
     started = time.perf_counter()
-    train_one_epoch(model, batches * steps, loss_fn, optimizer, device, chunk, **options)
+    train_one_epoch(model, batches * steps, loss_fn, optimizer, chunk, options=options)
     synchronize(device)
     seconds = time.perf_counter() - started
     return {"overrides": overrides, "backbone": cfg.model.backbone, "loss": cfg.loss.name, "batch": batch,
@@ -545,6 +546,7 @@ def _detection_batches(batch: int, height: int, width: int, seed: int = 0) -> li
 def _detection_steps(device: torch.device, experiment: str, s: dict) -> dict:
     from rambo.detection.engine import train_one_epoch
     from rambo.detection.model import build_detector
+    from rambo.harness.engine_options import EngineOptions
 
     cfg = compose("detection", [f"experiment={experiment}", "model.pretrained=false", f"model.min_size={s['min_size']}",
                                 f"model.max_size={s['max_size']}"])  # fmt: skip
@@ -556,12 +558,12 @@ def _detection_steps(device: torch.device, experiment: str, s: dict) -> dict:
                                 momentum=schedule.momentum, weight_decay=schedule.weight_decay)  # fmt: skip
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda iteration: 1.0)
     batches = _detection_batches(s["batch"], s["height"], s["width"])
-    flips = torch.Generator().manual_seed(0)
-    train_one_epoch(model, batches * 2, optimizer, scheduler, device, flips, 2)  # warm-up
+    flips, options = torch.Generator().manual_seed(0), EngineOptions(device=device)
+    train_one_epoch(model, batches * 2, optimizer, scheduler, flips, options=options)  # warm-up
     reset_peak(device)
     synchronize(device)
     started = time.perf_counter()
-    _, images_seen = train_one_epoch(model, batches * s["steps"], optimizer, scheduler, device, flips, s["steps"])
+    _, images_seen = train_one_epoch(model, batches * s["steps"], optimizer, scheduler, flips, options=options)
     synchronize(device)
     seconds = time.perf_counter() - started
     return {"experiment": experiment, "backbone": cfg.model.backbone, "batch": s["batch"],
