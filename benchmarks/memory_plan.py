@@ -196,6 +196,7 @@ def retrieval_loss_peak(cfg, batch: int, device: torch.device, per_class: int | 
 def retrieval_train_peak(cfg, model, optimizer, loss_fn, n: int, device: torch.device) -> dict:
     """Peak bytes of one training step of ``n`` images (``n`` per chunk with the two-pass backward:
     the batch is then two chunks), without the input batch (``input_bytes``)."""
+    from rambo.harness.engine_options import EngineOptions
     from rambo.retrieval.engine import train_one_epoch
 
     chunk = cfg.two_pass_chunk_size and n
@@ -203,9 +204,10 @@ def retrieval_train_peak(cfg, model, optimizer, loss_fn, n: int, device: torch.d
     size = int(cfg.image_size)
     images = torch.randn(batch, 3, size, size, device=device)
     batches = [(images, _labels(batch, 2, device), None)]  # pairs: every query has a positive and negatives
-    train_one_epoch(model, batches, loss_fn, optimizer, device, chunk)  # warm-up: the optimiser state exists
+    options = EngineOptions(device=device)
+    train_one_epoch(model, batches, loss_fn, optimizer, chunk, options=options)  # warm-up: the optimiser state exists
     resident = resident_bytes(model, loss_fn, optimizer=optimizer)
-    peak = measure_peak(lambda: train_one_epoch(model, batches, loss_fn, optimizer, device, chunk), device, resident)
+    peak = measure_peak(lambda: train_one_epoch(model, batches, loss_fn, optimizer, chunk, options=options), device, resident)
     return {"n": n, "batch": batch, "peak_bytes": peak}
 
 
@@ -326,6 +328,7 @@ def measure_detection(cfg, device: torch.device, sizes=SMALL, shapes=VOC_SHAPES)
     Faster R-CNN at ``sizes`` images of ``shapes`` (each model input counted: the raw images)."""
     from rambo.detection.engine import train_one_epoch
     from rambo.detection.model import build_detector
+    from rambo.harness.engine_options import EngineOptions
 
     torch.manual_seed(0)
     model = build_detector(cfg.model, cfg.loss, 20).to(device)
@@ -334,14 +337,14 @@ def measure_detection(cfg, device: torch.device, sizes=SMALL, shapes=VOC_SHAPES)
                                 weight_decay=schedule.weight_decay)  # fmt: skip
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda iteration: 1.0)
     generator, flips = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
-    clip = schedule.get("grad_clip_max_norm")
+    clip, options = schedule.get("grad_clip_max_norm"), EngineOptions(device=device)
     train, evaluation = [], []
     for n in sizes:
         images, targets = _detection_batch(n, shapes, generator)
         images = [image.to(device) for image in images]
         targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
         batches = [(images, targets)]
-        step = lambda: train_one_epoch(model, batches, optimizer, scheduler, device, flips, 1, grad_clip_max_norm=clip)  # noqa: E731
+        step = lambda: train_one_epoch(model, batches, optimizer, scheduler, flips, grad_clip_max_norm=clip, options=options)  # noqa: E731
         step()  # warm-up: the momentum buffers exist (and the score memory starts filling)
         resident = resident_bytes(model, optimizer=optimizer, tensors=images)
         train.append(measure_peak(step, device, resident))

@@ -31,6 +31,7 @@ def _detection_batches(batch: int, height: int, width: int, seed: int = 0) -> li
 def _detection_steps(device: torch.device, experiment: str, s: dict) -> dict:
     """``s["steps"]`` timed training steps (after two warm-up steps) of the detection engine on random boxes."""
     from rambo.detection.engine import train_one_epoch
+    from rambo.harness.engine_options import EngineOptions
     from rambo.detection.model import build_detector
 
     cfg = compose("detection", [f"experiment={experiment}", "model.pretrained=false", f"model.min_size={s['min_size']}",
@@ -43,12 +44,12 @@ def _detection_steps(device: torch.device, experiment: str, s: dict) -> dict:
                                 momentum=schedule.momentum, weight_decay=schedule.weight_decay)  # fmt: skip
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda iteration: 1.0)
     batches = _detection_batches(s["batch"], s["height"], s["width"])
-    flips = torch.Generator().manual_seed(0)
-    train_one_epoch(model, batches * 2, optimizer, scheduler, device, flips, 2)  # warm-up
+    flips, options = torch.Generator().manual_seed(0), EngineOptions(device=device)
+    train_one_epoch(model, batches * 2, optimizer, scheduler, flips, options=options)  # warm-up
     reset_peak(device)
     synchronize(device)
     started = time.perf_counter()
-    _, images_seen = train_one_epoch(model, batches * s["steps"], optimizer, scheduler, device, flips, s["steps"])
+    _, images_seen = train_one_epoch(model, batches * s["steps"], optimizer, scheduler, flips, options=options)
     synchronize(device)
     seconds = time.perf_counter() - started
     return {"experiment": experiment, "backbone": cfg.model.backbone, "batch": s["batch"],

@@ -19,6 +19,7 @@ def retrieval_steps(device: torch.device, overrides: list[str], batch: int, imag
     """``steps`` timed training steps (after one warm-up) of the retrieval engine on random images."""
     from hydra.utils import instantiate
 
+    from rambo.harness.engine_options import EngineOptions
     from rambo.harness.precision import autocast, to_channels_last
     from rambo.retrieval.engine import train_one_epoch
     from rambo.retrieval.model import build_model
@@ -29,7 +30,7 @@ def retrieval_steps(device: torch.device, overrides: list[str], batch: int, imag
     model = build_model(cfg.model).to(device)
     if cfg.channels_last:
         model = to_channels_last(model)
-    options = {"autocast": autocast(cfg.precision, device), "channels_last": bool(cfg.channels_last)}
+    options = EngineOptions(device=device, autocast=autocast(cfg.precision, device), channels_last=bool(cfg.channels_last))
     optimizer = build_optimizer(cfg, model)
     loss_fn = instantiate(cfg.loss.module).to(device)
     per_class = int(cfg.data.sampler.samples_per_class)
@@ -37,11 +38,11 @@ def retrieval_steps(device: torch.device, overrides: list[str], batch: int, imag
     labels = torch.arange(batch, device=device) // per_class
     batches = [(images, labels, None)]
     chunk = chunk if chunk is not None else cfg.get("two_pass_chunk_size")
-    train_one_epoch(model, batches, loss_fn, optimizer, device, chunk, **options)  # warm-up (cuDNN autotune, memory)
+    train_one_epoch(model, batches, loss_fn, optimizer, chunk, options=options)  # warm-up (cuDNN autotune, memory)
     reset_peak(device)
     synchronize(device)
     started = time.perf_counter()
-    train_one_epoch(model, batches * steps, loss_fn, optimizer, device, chunk, **options)
+    train_one_epoch(model, batches * steps, loss_fn, optimizer, chunk, options=options)
     synchronize(device)
     seconds = time.perf_counter() - started
     return {"overrides": overrides, "backbone": cfg.model.backbone, "loss": cfg.loss.name, "batch": batch,

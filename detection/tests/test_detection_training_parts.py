@@ -46,6 +46,19 @@ def test_epoch_batches_depend_on_seed_and_epoch_and_shard_over_processes():
     assert [batch.tolist() for batch in reference] == batches(2)
 
 
+
+def test_max_iterations_per_epoch_cuts_the_epoch_to_its_first_batches():
+    """The loader's length is the epoch's iterations (the engine takes one step per batch): the
+    first ``schedule.max_iterations_per_epoch`` batches of the uncut epoch, the same draws."""
+    dataset = [(i, {"index": i}) for i in range(10)]
+    cfg = OmegaConf.create({"seed": 3, "num_workers": 0, "schedule": {"batch_size": 2, "max_iterations_per_epoch": None},
+                            "data": {"batch_grouping": "none"}})  # fmt: skip
+    whole = [images for images, _ in epoch_loader(cfg, dataset, 2, 0, 1)]
+    cut = epoch_loader(OmegaConf.merge(cfg, {"schedule": {"max_iterations_per_epoch": 3}}), dataset, 2, 0, 1)
+    assert len(whole) == 5 and len(cut) == 3 and [images for images, _ in cut] == whole[:3]
+    longer = epoch_loader(OmegaConf.merge(cfg, {"schedule": {"max_iterations_per_epoch": 9}}), dataset, 2, 0, 1)
+    assert len(longer) == 5 and [images for images, _ in longer] == whole
+
 class _SizedImages(list):
     """(image, target) pairs that know their sizes, as VOCDetectionDataset (its annotations' <size>)."""
 
@@ -153,12 +166,14 @@ class _Quadratic(torch.nn.Module):
 
 def _one_step(clip):
     from rambo.detection.engine import train_one_epoch
+    from rambo.harness.engine_options import EngineOptions
 
     model = _Quadratic(100.0)  # gradient 200 per entry: 2-norm 400
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     batch = ([torch.zeros(3, 4, 4)], [{"boxes": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64)}])
-    train_one_epoch(model, [batch], optimizer, scheduler, "cpu", torch.Generator().manual_seed(0), 1, grad_clip_max_norm=clip)
+    train_one_epoch(model, [batch], optimizer, scheduler, torch.Generator().manual_seed(0), grad_clip_max_norm=clip,
+                    options=EngineOptions(device="cpu"))
     return 1.0 - model.weight.detach()  # lr x the (clipped) gradient
 
 

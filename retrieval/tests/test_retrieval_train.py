@@ -141,6 +141,7 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_finite_checkpoint(da
 
 
 def test_the_engine_names_a_non_finite_loss_before_stepping():
+    from rambo.harness.engine_options import EngineOptions
     from rambo.retrieval.engine import train_one_epoch
 
     model = torch.nn.Linear(2, 2)
@@ -149,7 +150,8 @@ def test_the_engine_names_a_non_finite_loss_before_stepping():
     loss_fn = torch.nn.Module()
     loss_fn.forward = lambda embeddings, labels: embeddings.sum() * float("nan")
     with pytest.raises(FloatingPointError, match="non-finite loss at epoch 3, step 1: nan"):
-        train_one_epoch(model, [batch], loss_fn, torch.optim.SGD(model.parameters(), lr=1.0), "cpu", description="epoch 3")
+        train_one_epoch(model, [batch], loss_fn, torch.optim.SGD(model.parameters(), lr=1.0),
+                        options=EngineOptions(device="cpu", description="epoch 3"))
     assert torch.equal(model.weight, before)  # no step taken with it
 
 

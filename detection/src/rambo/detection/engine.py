@@ -3,10 +3,9 @@ references): no configuration, only objects, so a user's own loop can call them.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
+from rambo.harness.engine_options import EngineOptions
 from rambo.harness.loss_sums import DeviceLossSums, reads_every_step
 from rambo.harness.run_log import progress
 
@@ -17,26 +16,26 @@ from .predict import collect_detections
 AP_METHODS = ("area", "11point")
 
 
-def train_one_epoch(model, loader, optimizer, scheduler, device, flips: torch.Generator, iterations: int,
-                    show_progress: bool = False, description: str = "",
-                    grad_clip_max_norm: float | None = None, autocast=contextlib.nullcontext) -> tuple[dict, int]:  # fmt: skip
-    """At most ``iterations`` steps over ``loader`` (``(images, targets)`` batches), random
+def train_one_epoch(model, loader, optimizer, scheduler, flips: torch.Generator, grad_clip_max_norm: float | None = None, *,
+                    options: EngineOptions) -> tuple[dict, int]:  # fmt: skip
+    """One step per ``(images, targets)`` batch of ``loader`` (its length is the epoch's iterations:
+    ``schedule.max_iterations_per_epoch`` cuts the loader, :func:`.train.epoch_loader`), random
     horizontal flips drawn from ``flips``, the learning rate stepped every iteration, and the
     gradient's 2-norm over all parameters clipped at ``grad_clip_max_norm`` when given (as
-    mmdetection's ``optimizer_config.grad_clip``). ``autocast``: the factory of the forward pass's
-    context (:func:`rambo.harness.precision.autocast`); the RoI heads compute their losses in
-    float32 outside it (:class:`.roi_heads.ConfigurableLossRoIHeads`).
+    mmdetection's ``optimizer_config.grad_clip``). ``options``: device, forward context, progress
+    bar and its label (:class:`rambo.harness.engine_options.EngineOptions`; the images are 3-D, so
+    ``channels_last`` is the model's, the caller's); the RoI heads compute their losses in float32
+    outside the autocast context (:class:`.roi_heads.ConfigurableLossRoIHeads`).
 
     Returns ``({loss name: mean over the steps}, images seen)``; a non-finite loss is a
     ``FloatingPointError`` naming the step and each loss term (on a GPU, where the losses are summed
     on the device and read once, :mod:`rambo.harness.loss_sums`: the epoch and the means).
     """
+    device, autocast, description = options.device, options.autocast, options.description
     model.train()
     sums, count, images_seen = {}, 0, 0
     on_device = None if reads_every_step(device) else DeviceLossSums()  # a GPU: no host read per step
-    for step, (images, targets) in enumerate(progress(loader, show_progress, total=iterations, desc=description)):
-        if step >= iterations:
-            break
+    for step, (images, targets) in enumerate(progress(loader, options.show_progress, desc=description)):
         images, targets = random_flips(images, targets, flips)
         images = [image.to(device) for image in images]
         targets = [{"boxes": t["boxes"].to(device), "labels": t["labels"].to(device)} for t in targets]
@@ -63,9 +62,9 @@ def train_one_epoch(model, loader, optimizer, scheduler, device, flips: torch.Ge
     return {k: v / max(count, 1) for k, v in sums.items()}, images_seen
 
 
-def evaluate(model, dataset, device, batch_size: int, num_classes: int, show_progress: bool = False,
-             autocast=contextlib.nullcontext) -> dict:  # fmt: skip
+def evaluate(model, dataset, batch_size: int, num_classes: int, *, options: EngineOptions) -> dict:
     """VOC AP50 of ``model`` on ``dataset`` (kept with its difficult objects) by both AP methods:
-    ``{"area": {"map", "ap"}, "11point": {...}}``; ``autocast`` as in training."""
-    predictions, ground_truths = collect_detections(model, dataset, device, batch_size, show_progress, autocast)
+    ``{"area": {"map", "ap"}, "11point": {...}}``; ``options`` as in training (device, autocast,
+    progress bar)."""
+    predictions, ground_truths = collect_detections(model, dataset, options.device, batch_size, options.show_progress, options.autocast)
     return {method: evaluate_voc(predictions, ground_truths, num_classes, method) for method in AP_METHODS}

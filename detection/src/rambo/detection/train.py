@@ -15,6 +15,7 @@ evaluation on the test split (VOC 2007 test, or the synthetic test split), ``met
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
@@ -25,7 +26,8 @@ from omegaconf import DictConfig
 
 from rambo.harness.workers import worker_init
 from rambo.harness.distributed import ShardedBatchSampler, barrier, detect_setup, init_process_group, world_size, wrap_model
-from rambo.harness.precision import autocast, to_channels_last
+from rambo.harness.engine_options import EngineOptions
+from rambo.harness.precision import to_channels_last
 from rambo.harness.row_name import check_row_name
 from rambo.harness.run import TrainingRun
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
@@ -92,15 +94,32 @@ def epoch_batches(cfg: DictConfig, train_set, epoch: int, order: torch.Generator
     raise ValueError(f"data.batch_grouping must be one of {BATCH_GROUPINGS}, got {grouping!r}")
 
 
+class FirstBatches(torch.utils.data.Sampler):
+    """The first ``count`` batches of ``batch_sampler``, drawn as the whole epoch's are (lazily, so
+    the batches and the generators' draws are those of the full epoch, cut short)."""
+
+    def __init__(self, batch_sampler, count: int):
+        self.batch_sampler, self.count = batch_sampler, count
+
+    def __len__(self) -> int:
+        return min(len(self.batch_sampler), self.count)
+
+    def __iter__(self):
+        return itertools.islice(self.batch_sampler, self.count)
+
+
 def epoch_loader(cfg: DictConfig, train_set, epoch: int, rank: int, processes: int) -> torch.utils.data.DataLoader:
     """The batches of ``epoch`` (1-based, :func:`epoch_batches`): a function of (seed, epoch) only, so
     a resumed epoch sees the same batches. With several processes each takes its share (a
     contiguous slice) of every global batch, so with ``aspect_ratio`` grouping every process's
-    batch is of one group."""
+    batch is of one group. The loader's length is the epoch's iterations: its first
+    ``schedule.max_iterations_per_epoch`` batches when that is set (:class:`FirstBatches`)."""
     order = torch.Generator().manual_seed(cfg.seed * 1000 + epoch - 1)
     batches = epoch_batches(cfg, train_set, epoch, order)
     if processes > 1:
         batches = ShardedBatchSampler(batches, rank, processes, even=False)
+    if cfg.schedule.get("max_iterations_per_epoch"):
+        batches = FirstBatches(batches, cfg.schedule.max_iterations_per_epoch)
     return torch.utils.data.DataLoader(train_set, batch_sampler=batches, generator=order, collate_fn=collate_detection, num_workers=cfg.num_workers,
                                        worker_init_fn=worker_init)  # fmt: skip
 
@@ -112,7 +131,7 @@ def train(cfg: DictConfig) -> dict:
     set_threads(cfg.threads)
     seed_everything(cfg.seed)
     device = resolve_device(cfg.device, setup.local_rank)
-    forward_context = autocast(cfg.precision, device)  # bfloat16: the forward passes under autocast (rambo.harness.precision)
+    options = EngineOptions.from_config(cfg, device, setup.is_main)  # the engine's device, autocast, progress bar
     classes = class_names(cfg.data)
     if setup.is_main:
         prepare_data(cfg.data)
@@ -143,9 +162,8 @@ def train(cfg: DictConfig) -> dict:
         started = time.perf_counter()
         try:
             means, images = train_one_epoch(trained, epoch_loader(cfg, train_set, epoch, setup.rank, setup.world_size), optimizer,
-                                            scheduler, device, flips, iterations, setup.is_main and cfg.progress,
-                                            f"epoch {epoch}/{schedule.epochs}", schedule.get("grad_clip_max_norm"),
-                                            forward_context)  # fmt: skip
+                                            scheduler, flips, schedule.get("grad_clip_max_norm"),
+                                            options=options.for_epoch(epoch, schedule.epochs))  # fmt: skip
         except FloatingPointError as error:
             raise run.diverged(error) from None
         train_seconds += time.perf_counter() - started
@@ -154,7 +172,7 @@ def train(cfg: DictConfig) -> dict:
     if not setup.is_main:
         return {}
     started = time.perf_counter()
-    results = evaluate(model, test_set, device, cfg.eval.batch_size, len(classes), cfg.progress, forward_context)
+    results = evaluate(model, test_set, cfg.eval.batch_size, len(classes), options=options)
     eval_seconds = time.perf_counter() - started
     speed = {"train images/s": train_images / train_seconds if train_seconds > 0 else None,
              "eval images/s": len(test_set) / eval_seconds if eval_seconds > 0 else None}  # the log's, not the metrics'

@@ -9,12 +9,12 @@ Evaluation reports two protocols, labelled:
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
 import torch
 
+from rambo.harness.engine_options import EngineOptions
 from rambo.harness.loss_sums import DeviceLossSums, reads_every_step
 from rambo.harness.precision import to_channels_last
 from rambo.harness.run_log import progress
@@ -30,26 +30,26 @@ FAIR_PROTOCOL = "test metrics of the evaluation with the best R@1 on a class-dis
 COLLAPSE_COSINE = 0.99
 
 
-def train_one_epoch(model, loader, loss_fn, optimizer, device, two_pass_chunk_size: int | None = None,
-                    show_progress: bool = False, description: str = "", autocast=contextlib.nullcontext,
-                    channels_last: bool = False) -> float:  # fmt: skip
+def train_one_epoch(model, loader, loss_fn, optimizer, two_pass_chunk_size: int | None = None, *,
+                    options: EngineOptions) -> float:  # fmt: skip
     """One pass over ``loader`` (``(images, labels, index)`` batches); returns the mean loss.
     A non-finite loss is a ``FloatingPointError``: before its step on the CPU, at the end of the
     epoch on a GPU (losses summed on the device, :mod:`rambo.harness.loss_sums`).
 
     The loss is over the global batch (embeddings gathered across processes, see
     :mod:`.distributed`); ``two_pass_chunk_size`` switches to the two-pass chunked backward.
-    ``autocast``: the factory of the forward pass's context (:func:`rambo.harness.precision.autocast`);
-    the embeddings reach the loss in float32 and outside it, so the rank losses never rank bf16
-    scores. ``channels_last``: the image batches in channels-last memory format (the model's
-    format is the caller's).
+    ``options``: device, forward context, memory format, progress bar and its label
+    (:class:`rambo.harness.engine_options.EngineOptions`); the embeddings reach the loss in float32
+    and outside the autocast context, so the rank losses never rank bf16 scores; with
+    ``channels_last`` the image batches are channels-last (the model's format is the caller's).
     """
+    device, autocast, description = options.device, options.autocast, options.description
     model.train()
     loss_fn.train()
     losses, on_device = [], None if reads_every_step(device) else DeviceLossSums()
-    for images, labels, _ in progress(loader, show_progress, desc=description):
+    for images, labels, _ in progress(loader, options.show_progress, desc=description):
         images, labels = images.to(device), labels.to(device)
-        if channels_last:
+        if options.channels_last:
             images = to_channels_last(images)
         optimizer.zero_grad(set_to_none=True)
         if two_pass_chunk_size:
@@ -69,13 +69,13 @@ def train_one_epoch(model, loader, loss_fn, optimizer, device, two_pass_chunk_si
     return on_device.means(description)["loss"] if on_device is not None else float(np.mean(losses))
 
 
-def evaluate(model, splits: dict, ks, batch_size: int, num_workers: int, device, autocast=contextlib.nullcontext,
-             channels_last: bool = False) -> dict:  # fmt: skip
+def evaluate(model, splits: dict, ks, batch_size: int, num_workers: int, *, options: EngineOptions) -> dict:
     """``{"validation": metrics, "test": metrics}`` of ``model`` (``"validation"`` when ``splits``
     has one; the test split is ``"test"`` or ``"query"`` + ``"gallery"``). Each holds
-    ``mean_cosine`` as well, the spread of its embeddings (:func:`collapse_warning`). ``autocast``
-    and ``channels_last`` as in training (:func:`.evaluate.compute_embeddings`: float32 embeddings)."""
-    ks = list(ks)
+    ``mean_cosine`` as well, the spread of its embeddings (:func:`collapse_warning`). ``options``:
+    the device, ``autocast`` and ``channels_last`` as in training (:func:`.evaluate.compute_embeddings`:
+    float32 embeddings); no progress bar."""
+    ks, device, autocast, channels_last = list(ks), options.device, options.autocast, options.channels_last
     record = {}
     if splits.get("validation") is not None:
         embeddings, labels = compute_embeddings(model, splits["validation"], batch_size, num_workers, device, autocast, channels_last)

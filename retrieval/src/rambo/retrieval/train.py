@@ -22,6 +22,7 @@ into memory and augmented a batch at a time (:mod:`.in_memory_dataset`, :mod:`.b
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
@@ -35,7 +36,8 @@ from torchvision.transforms import PILToTensor
 from rambo.harness.workers import worker_init
 from rambo.harness.checkpoint import save_checkpoint
 from rambo.harness.distributed import ShardedBatchSampler, barrier, detect_setup, init_process_group, wrap_model
-from rambo.harness.precision import autocast, to_channels_last
+from rambo.harness.engine_options import EngineOptions
+from rambo.harness.precision import to_channels_last
 from rambo.harness.row_name import check_row_name
 from rambo.harness.run import TrainingRun, placeless
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
@@ -120,7 +122,7 @@ def train(cfg: DictConfig) -> dict:
     setup = detect_setup()
     init_process_group(setup)
     device = resolve_device(cfg.device, setup.local_rank)
-    forward_context = autocast(cfg.precision, device)  # bfloat16: the forward passes under autocast (rambo.harness.precision)
+    options = EngineOptions.from_config(cfg, device, setup.is_main)  # the engine's device, autocast, channels-last, progress bar
     set_threads(cfg.threads)
     seed_everything(cfg.seed)
     splits = build_splits(cfg) if setup.is_main else None  # rank 0 generates the synthetic set, if any
@@ -142,20 +144,19 @@ def train(cfg: DictConfig) -> dict:
                       summary_keys=("loss", "lr", "test/R@1", "validation/R@1", "seconds"), untracked_keys=("seconds",),
                       device=device, wandb_keys=wandb_keys(cfg))
     history = run.extra["history"]
-    evaluation = (cfg.data.ks, cfg.eval_batch_size, cfg.num_workers, device, forward_context, cfg.channels_last)
+    evaluation = functools.partial(evaluate, model, splits, cfg.data.ks, cfg.eval_batch_size, cfg.num_workers, options=options)
     for epoch in run.epochs(cfg.epochs):
         started = time.perf_counter()
         sampler.set_epoch(epoch)
         try:
-            loss = train_one_epoch(trained, loader, loss_fn, optimizer, device, cfg.two_pass_chunk_size,
-                                   setup.is_main and cfg.progress, f"epoch {epoch}/{cfg.epochs}", forward_context,
-                                   cfg.channels_last)  # fmt: skip
+            loss = train_one_epoch(trained, loader, loss_fn, optimizer, cfg.two_pass_chunk_size,
+                                   options=options.for_epoch(epoch, cfg.epochs))
         except FloatingPointError as error:
             raise run.diverged(error) from None
         scheduler.step()
         row = {"epoch": epoch, "loss": loss, "lr": scheduler.get_last_lr()[0], "seconds": round(time.perf_counter() - started, 3)}
         if setup.is_main and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
-            history.append({"epoch": epoch, **evaluate(model, splits, *evaluation)})
+            history.append({"epoch": epoch, **evaluation()})
             if warning := collapse_warning(history[-1]):
                 log.warning("epoch %d: %s", epoch, warning)
             row.update({f"{split}/{k}": v for split in ("test", "validation") for k, v in history[-1].get(split, {}).items()})
@@ -165,7 +166,7 @@ def train(cfg: DictConfig) -> dict:
         run.end_epoch(row, cfg.epochs)
     if cfg.epochs == 0 and setup.is_main:  # the untrained model: the baseline a user compares against
         log.info("epochs=0: evaluating the untrained model (no training, no checkpoint)")
-        history.append({"epoch": 0, **evaluate(model, splits, *evaluation)})
+        history.append({"epoch": 0, **evaluation()})
     protocols = select_protocols(history)
     metrics = {"experiment": cfg.experiment_name, "seed": cfg.seed, "epochs_trained": run.epoch,
                "complete": run.epoch == cfg.epochs, **protocols}  # fmt: skip
