@@ -1,6 +1,7 @@
 import pytest
+from omegaconf import OmegaConf
 
-from rambo.harness.wandb_run import decide_mode, start_run
+from rambo.harness.wandb_run import decide_mode, start_run, wandb_keys
 
 
 def test_mode_is_decided_before_init(monkeypatch, tmp_path):
@@ -38,10 +39,6 @@ def test_one_set_of_wandb_keys_serves_both_apps():
     """``wandb_keys``: lambda and margin from the loss group (``loss.lam``, ``loss.margin``), where
     both apps' rank losses have them; a loss without them reports its module's own, inside a memory
     when one wraps it (configs shaped as the apps' composed ones)."""
-    from omegaconf import OmegaConf
-
-    from rambo.harness.wandb_run import wandb_keys
-
     def config(data, loss):
         return OmegaConf.create({"seed": 1, "data": {"name": data}, "loss": loss})
 
