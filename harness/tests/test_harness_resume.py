@@ -1,7 +1,7 @@
 import pytest
 
-from rambo.harness.checkpoint import save_checkpoint
-from rambo.harness.resume import RunExistsError, check_policy, checkpoint_to_resume, run_identity
+from rambo.harness.checkpoint import load_checkpoint, save_checkpoint
+from rambo.harness.resume import RunExistsError, check_policy, checkpoint_to_resume, renamed, run_identity
 
 
 def test_identity_leaves_out_the_keys_that_may_change():
@@ -58,3 +58,45 @@ def test_a_key_at_its_declared_default_is_left_out_of_the_identity(tmp_path):
     assert checkpoint_to_resume(path, True, run_identity(config, (), defaults))["epoch"] == 1
     with pytest.raises(ValueError, match=r"precision: None -> 'bfloat16'"):
         checkpoint_to_resume(path, True, run_identity(other, (), defaults))
+
+
+RENAMES = {"data.margin": "loss.margin", "data.lam": "loss.lam"}  # retrieval's identity_renamed
+
+
+def test_a_moved_key_is_compared_under_its_new_name(tmp_path):
+    """``identity_renamed``: a checkpoint written when margin and lambda were ``data.*`` resumes a run
+    that has them as ``loss.*`` at the same values, and is refused by one at other values."""
+    old = {"seed": 0, "data": {"name": "sop", "margin": 0.02, "lam": 4.0}, "loss": {"name": "rambo_log"}}
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint({"identity": run_identity(old), "epoch": 1}, path)
+    assert load_checkpoint(path)["identity"] == {"seed": 0, "data.name": "sop", "data.margin": 0.02, "data.lam": 4.0,
+                                                "loss.name": "rambo_log"}  # fmt: skip
+    new = {"seed": 0, "data": {"name": "sop"}, "loss": {"name": "rambo_log", "margin": 0.02, "lam": 4.0}}
+    assert checkpoint_to_resume(path, True, run_identity(new), renames=RENAMES, config=new)["epoch"] == 1
+    no_margin = {**new, "loss": {**new["loss"], "margin": 0.0}}
+    with pytest.raises(ValueError, match=r"different configuration \(loss.margin: 0.02 -> 0.0\)"):
+        checkpoint_to_resume(path, True, run_identity(no_margin), renames=RENAMES, config=no_margin)
+    with pytest.raises(RunExistsError, match="holds this run already"):  # a new run sees the same run under the new names
+        checkpoint_to_resume(path, False, run_identity(new), renames=RENAMES, config=new)
+    with pytest.raises(ValueError, match=r"data.lam: 4.0 -> None"):  # without the renames: another run
+        checkpoint_to_resume(path, True, run_identity(new))
+
+
+def test_a_moved_key_whose_new_home_the_run_lacks_is_dropped():
+    """A loss with no margin (retrieval's contrastive row) has no ``loss.margin``: the checkpoint's
+    ``data.margin`` reached no loss, and is no difference; a key not renamed is kept as it is."""
+    saved = {"seed": 0, "data.margin": 0.02, "data.lam": 4.0, "loss.module.margin": 0.5}
+    contrastive = {"seed": 0, "loss": {"name": "contrastive", "module": {"margin": 0.5}}}
+    assert renamed(saved, RENAMES, contrastive) == {"seed": 0, "loss.module.margin": 0.5}
+    assert renamed(saved, RENAMES) == {"seed": 0, "loss.margin": 0.02, "loss.lam": 4.0, "loss.module.margin": 0.5}
+    assert renamed(saved, None, contrastive) == saved
+
+
+def test_a_moved_key_at_its_new_names_default_and_a_checkpoint_written_after_the_move():
+    config = {"loss": {"margin": 0.02, "lam": 4.0}}
+    # the new key at its identity_defaults value is left out of the identity (run_identity): so is the old one
+    assert renamed({"data.lam": 4.0}, RENAMES, config, {"loss.lam": 4.0}) == {}
+    assert renamed({"data.lam": 0.2}, RENAMES, config, {"loss.lam": 4.0}) == {"loss.lam": 0.2}
+    # a checkpoint that has the new key already keeps both keys as they are
+    saved = {"data.margin": 0.1, "loss.margin": 0.02}
+    assert renamed(saved, RENAMES, config) == saved

@@ -7,6 +7,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from rambo.harness.checkpoint import load_checkpoint
+from rambo.harness.wandb_run import wandb_keys
 from rambo.retrieval import evaluate
 from rambo.retrieval.engine import select_protocols
 from rambo.retrieval.model import build_model
@@ -204,10 +205,55 @@ def test_experiment_configs_carry_the_paper_settings():
     for experiment, (lr, margin, lam, weighting) in rows.items():
         cfg = compose_config([f"experiment={experiment}", "profile=paper", "output_dir=x"])
         assert cfg.optimizer.lr == lr and cfg.optimizer.weight_decay == 4e-4 and cfg.batch_size == 128
+        assert cfg.loss.margin == margin and cfg.loss.lam == lam  # the loss group's, as detection's (Table 9 per dataset)
         assert cfg.loss.module.loss.margin == margin and cfg.loss.module.loss.lam == lam
+        assert "margin" not in cfg.data and "lam" not in cfg.data
+        assert wandb_keys(cfg, "retrieval") == {"task": "retrieval", "dataset": experiment.split("_")[0],
+                                                "loss_name": cfg.loss.name, "lambda": lam, "margin": margin, "tau": 3, "seed": 0}  # fmt: skip
         assert cfg.loss.module.loss.weighting == weighting and cfg.loss.module.tau == 3
         assert cfg.epochs == 80 and list(cfg.scheduler.milestones) == [35] and cfg.scheduler.gamma == 0.3
         assert cfg.model.backbone == "resnet50" and cfg.model.embedding_dim == 512
+
+
+def test_the_no_margin_ablation_is_loss_margin_zero():
+    """Table 7's 'No margin' rows set ``loss.margin: 0.0``, what ``loss.margin=0`` on the command line
+    sets; lambda stays the dataset's (Table 9)."""
+    row = compose_config(["experiment=cub_loglog_no_margin", "profile=paper", "output_dir=x"])
+    command_line = compose_config(["experiment=cub_loglog", "loss.margin=0", "profile=paper", "output_dir=x"])
+    for cfg in (row, command_line):
+        assert cfg.loss.margin == 0.0 and cfg.loss.module.loss.margin == 0.0 and cfg.loss.module.loss.lam == 0.2
+    assert cfg.data.table9.margin == 0.02  # the dataset's value, which the override replaced
+
+
+def test_a_checkpoint_of_margin_and_lambda_under_data_still_resumes(data_dir, tmp_path):
+    """Before margin and lambda joined the loss group, a checkpoint's config (and identity) had them as
+    ``data.margin`` and ``data.lam``, and no ``loss.margin`` / ``loss.lam`` / ``data.table9``. Such a
+    checkpoint, written by the harness's checkpoint writer with the run's real states, resumes the run
+    at the same values (``identity_renamed``) to the uninterrupted run's metrics, and is refused by a
+    run at another margin."""
+    from omegaconf import OmegaConf
+
+    from rambo.harness.checkpoint import save_checkpoint
+    from rambo.harness.resume import run_identity
+    from rambo.harness.run import placeless
+
+    uninterrupted = train(tiny(data_dir, tmp_path / "a"))
+    cfg = tiny(data_dir, tmp_path / "b", "max_epochs_this_run=1")
+    train(cfg)
+    old = OmegaConf.to_container(cfg, resolve=True)  # the config in the old layout, the values unchanged
+    old["data"].update(margin=old["loss"].pop("margin"), lam=old["loss"].pop("lam"))
+    del old["data"]["table9"], old["identity_renamed"]
+    old["resume_may_change"] = [key for key in old["resume_may_change"] if key not in ("identity_renamed", "data.table9")]
+    identity = run_identity(old, old["resume_may_change"], old["identity_defaults"])
+    assert identity["data.margin"] == 0.02 and identity["data.lam"] == 4.0 and "loss.margin" not in identity
+    state = load_checkpoint(tmp_path / "b" / "checkpoint.pt")
+    save_checkpoint({**state, "config": placeless(old), "identity": identity}, tmp_path / "b" / "checkpoint.pt")
+
+    with pytest.raises(ValueError, match=r"different configuration \(loss.margin: 0.02 -> 0.0, loss.module.loss.margin"):
+        train(tiny(data_dir, tmp_path / "b", "resume=true", "loss.margin=0.0"))
+    with pytest.raises(ValueError, match=r"loss.lam: 4.0 -> 0.2"):
+        train(tiny(data_dir, tmp_path / "b", "resume=true", "data.table9.lam=0.2"))  # the default it reads, changed
+    assert train(tiny(data_dir, tmp_path / "b", "resume=true")) == uninterrupted
 
 
 def test_slurm_launcher_config_composes():
@@ -266,7 +312,7 @@ def test_collapse_warning_names_the_split_and_what_to_try():
 
     spread = {"validation": {"R@1": 0.5, "mean_cosine": 0.998}, "test": {"R@1": 0.4, "mean_cosine": 0.5}}
     warning = collapse_warning(spread)
-    assert "mean pairwise cosine 0.9980 on the validation split" in warning and "data.margin" in warning
+    assert "mean pairwise cosine 0.9980 on the validation split" in warning and "loss.margin" in warning
     assert collapse_warning({"test": {"mean_cosine": 0.995}}).count("on the test split") == 1  # no validation split
     assert collapse_warning({"validation": {"mean_cosine": COLLAPSE_COSINE - 1e-3}, "test": {"mean_cosine": 1.0}}) is None
 

@@ -31,6 +31,7 @@ from rambo.harness.precision import to_channels_last
 from rambo.harness.row_name import check_row_name
 from rambo.harness.run import TrainingRun
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
+from rambo.harness.wandb_run import wandb_keys
 
 from .engine import evaluate, train_one_epoch
 from .group_sampler import BATCH_GROUPINGS, GroupedBatchSampler
@@ -153,9 +154,7 @@ def train(cfg: DictConfig) -> dict:
     run = TrainingRun(cfg, {"model": model, "optimizer": optimizer, "scheduler": scheduler},
                       is_main=setup.is_main,
                       identity_extra=started_from, device=device,
-                      wandb_keys={"task": "detection", "dataset": cfg.data.name, "loss_name": cfg.loss.name,
-                                  "lambda": cfg.loss.get("lam"), "margin": cfg.loss.get("margin"), "tau": cfg.loss.get("tau"),
-                                  "seed": cfg.seed})  # fmt: skip
+                      wandb_keys=wandb_keys(cfg, "detection"))
     train_seconds, train_images = 0.0, 0  # this invocation's, for the log's throughput (not checkpointed: a machine's)
     for epoch in run.epochs(schedule.epochs):
         flips = torch.Generator().manual_seed(cfg.seed * 1000 + epoch - 1 + 500 + 7919 * setup.rank)

@@ -16,6 +16,14 @@ a key whose value equals its declared default is left out of the identity, so a 
 written before the key existed still matches a run at the default, and a run at another value
 (``precision: bfloat16``) does not. The defaults are written out as values, never as
 interpolations of the keys themselves (which would always match).
+
+A key that moves (retrieval's ``data.margin`` became ``loss.margin``) would likewise change the
+identity of every run written before. The config's ``identity_renamed`` (flat old key -> flat new
+key; itself in ``resume_may_change``) declares the move: a checkpoint's identity is read with its
+old keys under their new names (:func:`renamed`) before it is compared, so a checkpoint with
+``data.margin: 0.02`` resumes a run with ``loss.margin: 0.02`` and is refused by one with
+``loss.margin: 0.0``. Where the run's config has no key at the new name (retrieval's contrastive
+row: its loss takes no margin, and ``data.margin`` reached no loss), the old key is dropped.
 """
 
 from __future__ import annotations
@@ -87,22 +95,52 @@ def _without(identity: Mapping, may_change: Iterable[str]) -> dict:
             if not any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)}  # fmt: skip
 
 
+def renamed(saved: Mapping, renames: Mapping | None, config: Mapping | None = None,
+            defaults: Mapping | None = None) -> dict:  # fmt: skip
+    """A checkpoint's ``saved`` identity with each old key of ``renames`` (``identity_renamed``:
+    flat old key -> flat new key) under its new name. An old key whose new name the current run's
+    ``config`` (its resolved config, nested; ``None``: not checked) lacks is dropped (the setting
+    is none of this run's); one whose value equals the new key's entry in ``defaults``
+    (``identity_defaults``) is dropped, as :func:`run_identity` drops the new key at that value.
+    A checkpoint that has the new key already (written after the move) is left as it is."""
+    saved, defaults = dict(saved), dict(defaults or {})
+    for old, new in (renames or {}).items():
+        if old not in saved or new in saved:
+            continue
+        value = saved.pop(old)
+        if (config is None or _has_key(config, new)) and not (new in defaults and value == defaults[new]):
+            saved[new] = value
+    return saved
+
+
+def _has_key(config: Mapping, flat: str) -> bool:
+    node = config
+    for part in flat.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def checkpoint_to_resume(path: str | Path, policy, identity: Mapping, set_aside: bool = True,
-                         may_change: Iterable[str] = ()) -> dict | None:  # fmt: skip
+                         may_change: Iterable[str] = (), renames: Mapping | None = None,
+                         config: Mapping | None = None, defaults: Mapping | None = None) -> dict | None:  # fmt: skip
     """The checkpoint at ``path`` to continue under ``policy``, or ``None`` to start over.
 
     ``set_aside=False`` (the non-main processes of a distributed run) leaves the renaming of a
     checkpoint of another run to the main process; ``may_change`` is the run's
-    ``resume_may_change`` (see :func:`_without`)."""
+    ``resume_may_change`` (see :func:`_without`); ``renames``, ``config`` and ``defaults`` are the
+    run's ``identity_renamed``, resolved config and ``identity_defaults`` (see :func:`renamed`)."""
     check_policy(policy)
     path = Path(path)
     if not path.is_file():
         return None
     state = load_checkpoint(path)
+    saved = _without(renamed(state.get("identity", {}), renames, config, defaults), may_change)
     if policy is False:
-        raise _exists(path, state, identity, may_change)
+        raise _exists(path, state, saved, identity)
     try:
-        check_same_run(_without(state.get("identity", {}), may_change), identity, path)
+        check_same_run(saved, identity, path)
     except ValueError as error:
         if policy != "auto":
             raise
@@ -115,10 +153,11 @@ def checkpoint_to_resume(path: str | Path, policy, identity: Mapping, set_aside:
     return state
 
 
-def _exists(path: Path, state: Mapping, identity: Mapping, may_change: Iterable[str]) -> RunExistsError:
-    """What to tell a user whose new run would overwrite the checkpoint at ``path``."""
+def _exists(path: Path, state: Mapping, saved: Mapping, identity: Mapping) -> RunExistsError:
+    """What to tell a user whose new run would overwrite the checkpoint at ``path`` (``saved``: its
+    identity as :func:`checkpoint_to_resume` compares it)."""
     names_first = lambda key: (not key.endswith("name"), key)  # noqa: E731 (names say what the run is)
-    details = differences(_without(state.get("identity", {}), may_change), identity, 4, names_first)
+    details = differences(saved, identity, 4, names_first)
     if details:
         return RunExistsError(
             f"{path} holds another run ({details}, epoch {state.get('epoch')}); this run would overwrite it. "

@@ -12,7 +12,7 @@ An app builds its objects (model, optimizer, scheduler, loss, ...), hands the on
 
 The config keys it reads: ``seed``, ``experiment_name``, ``output_dir``, ``metrics_path``,
 ``headline_path`` (optional), ``curve_path``, ``checkpoint_path``, ``resume``, ``resume_may_change``,
-``identity_defaults`` (optional; :mod:`.resume`), ``max_epochs_this_run``,
+``identity_defaults`` and ``identity_renamed`` (optional; :mod:`.resume`), ``max_epochs_this_run``,
 ``profile_name`` (optional) and ``wandb.{mode, project, job_type}``. Only the main process writes files and talks to W&B.
 Before anything is written, the main process claims the run's folders (output, checkpoint, metrics and
 curve folders: :mod:`.claim`), so that two runs given one folder cannot overwrite each other; the
@@ -106,7 +106,8 @@ class TrainingRun:
                 log.error("%s", error)
                 raise
         state = checkpoint_to_resume(self.checkpoint_path, cfg.resume, self.identity, set_aside=is_main,
-                                     may_change=cfg.resume_may_change)  # fmt: skip
+                                     may_change=cfg.resume_may_change, renames=self.config.get("identity_renamed"),
+                                     config=self.config, defaults=self.config.get("identity_defaults"))  # fmt: skip
         if state is not None:
             for name, target in self.stateful.items():
                 target.load_state_dict(state["state"][name])

@@ -3,6 +3,8 @@
 ``auto`` resolves to ``WANDB_MODE`` when that is set, to ``online`` when an API key is available
 (``WANDB_API_KEY`` or ``api.wandb.ai`` in ``~/.netrc``), and to ``offline`` otherwise; tests pass
 ``disabled``. The JSON files a run writes stay its record; W&B mirrors them.
+
+:func:`wandb_keys` gives the flat keys a dashboard filters runs by, the same for both apps.
 """
 
 from __future__ import annotations
@@ -33,6 +35,21 @@ def decide_mode(requested: str) -> str:
     if from_environment in ("online", "offline", "disabled"):
         return from_environment
     return "online" if api_key_available() else "offline"
+
+
+def wandb_keys(cfg, task: str) -> dict:
+    """The flat keys a W&B dashboard filters runs by (:class:`rambo.harness.run.TrainingRun`): ``task``
+    (retrieval, detection), dataset, loss_name, lambda, margin, tau and seed of the run config ``cfg``.
+
+    Lambda and the margin are the loss group's (``loss.lam``, ``loss.margin``: the rank losses of
+    both apps); a loss without them reports its module's own (retrieval's contrastive loss has a
+    margin of its own, ``loss.module.margin``), looked up inside a memory that wraps the loss
+    (``loss.module.loss``), else ``None``."""
+    loss = cfg.loss
+    inner = loss.module.get("loss", loss.module)  # a memory wraps the rank loss
+    return {"task": task, "dataset": cfg.data.name, "loss_name": loss.name,
+            "lambda": loss.get("lam", inner.get("lam")), "margin": loss.get("margin", inner.get("margin")),
+            "tau": loss.get("tau"), "seed": cfg.seed}  # fmt: skip
 
 
 def start_run(mode: str, project: str, group: str, name: str, config: dict, directory: str | Path,

@@ -101,7 +101,7 @@ def collapse_warning(record: dict, threshold: float = COLLAPSE_COSINE) -> str | 
     return (
         f"the embedding has collapsed: mean pairwise cosine {spread:.4f} on the {split} split (>= {threshold}). "
         "The order of the scores may still be right, but they lie within a hair of each other, and near a point "
-        "the gradient vanishes. A rank loss sees only the order: give it a margin (data.margin; RaMBO's 0.02, "
+        "the gradient vanishes. A rank loss sees only the order: give it a margin (loss.margin; RaMBO's 0.02, "
         "or larger), and check that the labels are something a network can see, e.g. with loss=contrastive "
         "(the README's 'When the embedding collapses')"
     )

@@ -41,6 +41,7 @@ from rambo.harness.precision import to_channels_last
 from rambo.harness.row_name import check_row_name
 from rambo.harness.run import TrainingRun, placeless
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
+from rambo.harness.wandb_run import wandb_keys
 
 from .batch_transforms import BatchTrainAugmentation
 from .datasets import generate_synthetic, load_dataset
@@ -110,13 +111,6 @@ def build_optimizer(cfg: DictConfig, model) -> torch.optim.Optimizer:
     return torch.optim.Adam(groups, weight_decay=cfg.optimizer.weight_decay)
 
 
-def wandb_keys(cfg: DictConfig) -> dict:
-    """The flat keys a W&B dashboard filters runs by (:class:`rambo.harness.run.TrainingRun`)."""
-    inner = cfg.loss.module.get("loss", cfg.loss.module)  # a memory wraps the rank loss
-    return {"task": "retrieval", "dataset": cfg.data.name, "loss_name": cfg.loss.name, "lambda": inner.get("lam"),
-            "margin": inner.get("margin"), "tau": cfg.loss.get("tau"), "seed": cfg.seed}  # fmt: skip
-
-
 def train(cfg: DictConfig) -> dict:
     """Run (or resume) one training run; returns the metrics written to ``cfg.metrics_path``."""
     setup = detect_setup()
@@ -142,7 +136,7 @@ def train(cfg: DictConfig) -> dict:
     stateful = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "loss": loss_fn}
     run = TrainingRun(cfg, stateful, extra={"history": []}, is_main=setup.is_main,
                       summary_keys=("loss", "lr", "test/R@1", "validation/R@1", "seconds"), untracked_keys=("seconds",),
-                      device=device, wandb_keys=wandb_keys(cfg))
+                      device=device, wandb_keys=wandb_keys(cfg, "retrieval"))
     history = run.extra["history"]
     evaluation = functools.partial(evaluate, model, splits, cfg.data.ks, cfg.eval_batch_size, cfg.num_workers, options=options)
     for epoch in run.epochs(cfg.epochs):
