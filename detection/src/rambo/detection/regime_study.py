@@ -160,9 +160,8 @@ def main(argv=None) -> dict:
     def run(job):
         name, row, seed, overrides = job
         experiment = f"mini_{row}"
-        if name == "baseline":  # the variance study's own run of this row and seed, trained once
-            folder = run_folder(args.work, experiment, seed, seed)
-            return folder if (folder / "metrics.json").is_file() else train(args.work, data_dir, experiment, seed, seed, [])
+        if name == "baseline":  # the variance study's own run of this row and seed
+            return train(args.work, data_dir, experiment, seed, seed, [])
         return train(args.work, data_dir, experiment, seed, seed, list(overrides), run_folder(args.work, f"{experiment}-{name}", seed, seed))
 
     with ThreadPoolExecutor(args.jobs) as pool:

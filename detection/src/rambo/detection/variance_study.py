@@ -20,17 +20,19 @@ and the next ``--extra-test`` are new (``extra_test``). Every trained row is eva
 (independent test sets of the mini's size) and by bootstrap. The report (``variance.json``,
 ``variance.md`` in ``--work``) gives each source's standard deviation of AP50 and of the
 RaMBO-minus-CE difference paired by (row seed, warm start) and by test images, and the seeds a
-+-2-point 95% interval would need at each size. Runs already trained are reused (``resume=auto``).
++-2-point 95% interval would need at each size. Runs trained to the end are reused (their ``metrics.json``), as are their scores
+(``extra_test.json``); a run cut short resumes (``resume=auto``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +75,8 @@ def train(work: Path, data_dir: Path, experiment: str, seed: int, warm: int | No
           folder: Path | None = None) -> Path:
     """One run of the training app (its log beside it), in ``folder`` (default :func:`run_folder`); returns it."""
     folder = folder or run_folder(work, experiment, seed, warm)
+    if (folder / "metrics.json").is_file():  # trained to the end by an earlier invocation of the study
+        return folder
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "rambo.detection.train", f"experiment={experiment}", f"seed={seed}",
                f"data_dir={data_dir}", "data.test_set=mini_test", f"hydra.run.dir={folder}", "hydra.output_subdir=null",
@@ -85,7 +89,13 @@ def train(work: Path, data_dir: Path, experiment: str, seed: int, warm: int | No
 
 
 def extra_test_maps(folder: Path, data_dir: Path, draws: int) -> dict:
-    """AP50 of a trained row on ``extra_test``: all of it, its disjoint mini-sized parts, bootstrap."""
+    """AP50 of a trained row on ``extra_test``: all of it, its disjoint mini-sized parts, bootstrap.
+
+    Kept beside the run (``extra_test.json``), so a rerun of the study reads it instead of evaluating again."""
+    cached = folder / "extra_test.json"
+    if cached.is_file():
+        return json.loads(cached.read_text())
+    torch.set_num_threads(1)  # one process per row (``--jobs``): threads of one process stall on a busy machine
     state = load_checkpoint(folder / "checkpoint.pt")
     config = OmegaConf.create(state["config"])  # the run's own resolved configuration
     model = build_detector(config.model, config.loss, len(SYNTHETIC_CLASSES))
@@ -94,9 +104,11 @@ def extra_test_maps(folder: Path, data_dir: Path, draws: int) -> dict:
     predictions, truths = collect_detections(model, dataset, torch.device("cpu"), config.eval.batch_size)
     method = config.eval.method
     own = json.loads((folder / "metrics.json").read_text())
-    return {"mini_test": own["AP50"], "extra_test": map_of_images(predictions, truths, sorted(truths), len(SYNTHETIC_CLASSES), method),
-            "parts": disjoint_maps(predictions, truths, len(SYNTHETIC_CLASSES), MINI_TEST, method).tolist(),
-            "bootstrap": bootstrap_maps(predictions, truths, len(SYNTHETIC_CLASSES), draws, seed=0, size=MINI_TEST, method=method).tolist()}  # fmt: skip
+    result = {"mini_test": own["AP50"], "extra_test": map_of_images(predictions, truths, sorted(truths), len(SYNTHETIC_CLASSES), method),
+              "parts": disjoint_maps(predictions, truths, len(SYNTHETIC_CLASSES), MINI_TEST, method).tolist(),
+              "bootstrap": bootstrap_maps(predictions, truths, len(SYNTHETIC_CLASSES), draws, seed=0, size=MINI_TEST, method=method).tolist()}  # fmt: skip
+    write_json(cached, result)
+    return result
 
 
 def sd(values) -> float | None:
@@ -166,8 +178,9 @@ def main(argv=None) -> dict:
         list(pool.map(lambda w: train(args.work, data_dir, "mini_warm_start", w, None, args.overrides), range(args.seeds)))
         jobs = [(row, s, w) for row in args.rows for s, w in pairs]
         folders = list(pool.map(lambda job: train(args.work, data_dir, job[0], job[1], job[2], args.overrides), jobs))
-    torch.set_num_threads(args.jobs)
-    maps = {job: extra_test_maps(folder, data_dir, args.draws) for job, folder in zip(jobs, folders)}
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        scored = pool.map(extra_test_maps, folders, [data_dir] * len(folders), [args.draws] * len(folders))
+        maps = dict(zip(jobs, scored))
     result = report(maps, tuple(args.rows), args.seeds)
     result["runs"] = {f"{row} seed{s} warm{w}": value for (row, s, w), value in maps.items()}
     write_json(args.work / "variance.json", result)
