@@ -128,7 +128,7 @@ def test_the_import_reader_follows_relative_lazy_and_submodule_imports(tmp_path,
 
 def test_every_stage_runs_a_module_of_a_sub_project():
     """``python -m rambo.<package>.<module>``, never a script: a script imports its siblings only
-    with its folder on ``sys.path``, which nothing in the project edits (issue 32)."""
+    with its folder on ``sys.path``, which no figure or table edits any more (issue 32)."""
     for name, stage in stages().items():
         cmd = stage["cmd"] if isinstance(stage["cmd"], str) else " && ".join(stage["cmd"])
         found = list(ENTRY.finditer(cmd))
