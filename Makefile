@@ -4,9 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Sub-projects are the folders with a pyproject.toml (core, retrieval, detection, ...).
+# Sub-projects are the folders with a pyproject.toml: ablations, core, detection, figures, harness, retrieval.
 SUBPROJECTS := $(patsubst %/pyproject.toml,%,$(wildcard */pyproject.toml))
-TEST_DIRS := $(wildcard $(addsuffix /tests,$(SUBPROJECTS)) figures/tests ablations/tests tests)
+TEST_DIRS := $(wildcard $(addsuffix /tests,$(SUBPROJECTS)) tests)
 # The mmdetection environment (environments/mmdet/): Python 3.10, apart from .venv.
 # The first candidate that really runs Python 3.10 (a pyenv shim may exist without the version).
 PYTHON_MMDET ?= $(firstword $(foreach p,$(shell command -v python3.10 2>/dev/null) $(wildcard $(HOME)/.pyenv/versions/3.10*/bin/python3.10),$(if $(findstring True,$(shell $(p) -c 'import sys; print(sys.version_info[:2] == (3, 10))' 2>/dev/null)),$(p))))
@@ -73,8 +73,8 @@ bench: install ## AP-loss speed benchmark vs the reference algorithm and one flo
 gpu-check: install ## the project on one GPU in minutes (core tests on CUDA, rank losses 1e5-1e8 beside the paper's V100, CPU/GPU identical ranks, paper-profile training steps, Recall@K at SOP scale): benchmarks/gpu_check.md; toy sizes on the CPU when there is no GPU
 	$(PY) benchmarks/gpu_check.py
 
-wandb-report: install ## a W&B Report of the profile's runs (tables as bars over seeds, learning curves, claims; needs WANDB_API_KEY and the network): ablations/wandb_report.py
-	$(PY) ablations/wandb_report.py --params params.yaml
+wandb-report: install ## a W&B Report of the profile's runs (tables as bars over seeds, learning curves, claims; needs WANDB_API_KEY and the network): python -m rambo.ablations.wandb_report
+	$(PY) -m rambo.ablations.wandb_report --params params.yaml
 
 gpu-budget: install ## hours per paper experiment on one GPU, from the step times of benchmarks/gpu_check.json (a real GPU run of make gpu-check)
 	$(PY) benchmarks/gpu_budget.py
@@ -83,7 +83,7 @@ memory-plan: install ## GPU memory of every paper experiment's training step and
 	$(PY) benchmarks/memory_plan.py
 
 reproduce: install ## run the pipeline: PROFILE=mini (default; CPU, synthetic data) or PROFILE=paper (GPUs, real data); FORCE_PROFILE=1 discards local edits of params.yaml
-	$(PY) ablations/set_profile.py $(PROFILE) $(if $(FORCE_PROFILE),--force)
+	$(PY) -m rambo.ablations.set_profile $(PROFILE) $(if $(FORCE_PROFILE),--force)
 	@start=$$(date +%s); PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro; status=$$?; \
 	  echo "pipeline finished in $$(( $$(date +%s) - start )) s (exit $$status)"; exit $$status
 	@echo "tables:  results/tables/tables.md (one Markdown and JSON file per table beside it)"
@@ -91,10 +91,10 @@ reproduce: install ## run the pipeline: PROFILE=mini (default; CPU, synthetic da
 	@echo "report:  results/README.md"
 
 paper-smoke: install ## the whole paper DAG (every experiment, table and figure of PROFILE=paper) on this CPU in minutes, fed by stand-in archives of every dataset, in a scratch copy (build/paper-smoke); CI runs it
-	$(PY) ablations/paper_smoke.py
+	$(PY) -m rambo.ablations.paper_smoke
 
 figures: install ## rebuild every figure (their DVC stages, and whatever they depend on that is out of date)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro figure_1 figure_2 figure_3 figure_4 figure_5 figure_6 table_6
 
 tables: install ## the tables from the runs' metrics.json under results/runs/ (e.g. runs made on a cluster), without running or deleting anything upstream
-	$(PY) ablations/tables.py --runs results/runs --params params.yaml --out results/tables $(if $(wildcard figures/out/fig2_minibatch_map.json),--figure2 figures/out/fig2_minibatch_map.json)
+	$(PY) -m rambo.ablations.tables --runs results/runs --params params.yaml --out results/tables $(if $(wildcard figures/out/fig2_minibatch_map.json),--figure2 figures/out/fig2_minibatch_map.json)

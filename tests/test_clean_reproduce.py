@@ -10,11 +10,13 @@ What differs from a user's ``make reproduce`` in a fresh clone, and why:
 * the clones have no ``.venv`` of their own: ``make`` is called with ``VENV=<this venv>`` (the one
   running pytest) and ``-o <that venv>/.installed``, so the ``install`` prerequisite is taken as
   done instead of creating a venv per clone (minutes, and the network). The ``reproduce`` recipe
-  itself runs unchanged: ``set_profile.py tiny`` then ``dvc repro`` with the venv first on PATH.
+  itself runs unchanged: ``python -m rambo.ablations.set_profile tiny`` then ``dvc repro`` with the
+  venv first on PATH.
 * that venv's editable installs point at the checkout it was built in, so ``PYTHONPATH`` puts the
-  clone's ``core/src harness/src retrieval/src detection/src`` first: every run imports the clone's
-  sources, and its provenance (``rambo.harness.provenance.git_state``) names the clone's commit. The
-  test checks this before running anything.
+  clone's ``src`` folders (core, harness, retrieval, detection, figures, ablations) first: every run,
+  figure and table imports the clone's sources, and its provenance
+  (``rambo.harness.provenance.git_state``) names the clone's commit. The test checks this before
+  running anything.
 * ``MAKEFLAGS``/``MAKELEVEL`` of a calling ``make`` are dropped, and W&B is disabled (the tiny
   profile disables it anyway).
 
@@ -43,7 +45,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 VENV = BIN.parent
-SOURCES = ("core", "harness", "retrieval", "detection")
+SOURCES = ("core", "harness", "retrieval", "detection", "figures", "ablations")
 AUTHOR = ["-c", "user.name=rambo reproduce test", "-c", "user.email=reproduce-test@rambo.invalid"]
 RUN_STAGES = ("retrieval_train@", "retrieval_ablation@", "detection_warm_start@", "detection_train@", "detection_ablation@")
 DIFF_CHARS = 1500  # of each changed file's diff in a failure message
@@ -86,8 +88,9 @@ def reproduce(clone_dir: Path) -> tuple[str, float]:
 
 def check_fresh(clone_dir: Path) -> None:
     """The clone imports its own sources, has no checkpoints or DVC cache, and a cache of its own."""
-    shown = run([sys.executable, "-c", "import rambo.core, rambo.harness, rambo.retrieval, rambo.detection as d, sys\n"
-                 "print('\\n'.join(m.__file__ for m in (rambo.core, rambo.harness, rambo.retrieval, d)))"], clone_dir)  # fmt: skip
+    modules = ", ".join(f"rambo.{name}" for name in SOURCES)
+    shown = run([sys.executable, "-c", f"import {modules}\nprint('\\n'.join(m.__file__ for m in ({modules})))"],
+                clone_dir)  # fmt: skip
     for name, path in zip(SOURCES, shown.split()):
         assert Path(path).resolve().is_relative_to(clone_dir.resolve() / name / "src"), (name, path)
     assert not (clone_dir / "results" / "checkpoints").exists()

@@ -3,9 +3,10 @@
 A stage whose code changes must be marked changed by ``dvc status``: otherwise an edit to, say,
 the ranking code leaves Fig. 5 as it was, ``dvc repro`` runs nothing, and the published figure
 silently stops matching the code. The imports are read statically (``ast``), transitively, from
-the stage's entry point: ``python -m <module>`` (a module of a sub-project's ``src/``) or
-``python <script>.py`` (a script whose folder is on its path: its sibling modules import by bare
-name). Every ``import`` counts, also those inside functions (lazy imports run too), and ``from a
+the stage's entry point: ``python -m <module>`` (a module of a sub-project's ``src/``: the figures
+and the tables are ``rambo.figures`` and ``rambo.ablations``, whose sibling modules import
+relatively) or ``python <script>.py`` (a script whose folder is on its path: its sibling modules
+import by bare name; no stage runs one now, and the next test keeps it so). Every ``import`` counts, also those inside functions (lazy imports run too), and ``from a
 import b`` counts ``a/b.py`` when ``b`` is a module. A project file is covered when it or a folder
 above it is a dep; deps with ``${...}`` (data paths chosen by the profile) cover no code.
 """
@@ -123,6 +124,16 @@ def test_the_import_reader_follows_relative_lazy_and_submodule_imports(tmp_path,
     found = {str(path.relative_to(tmp_path)) for path in closure(tmp_path / "scripts" / "run.py")}
     assert found == {"scripts/run.py", "scripts/sibling.py", "x/src/rambo/x/__init__.py", *(
         f"x/src/rambo/x/{name}.py" for name in "abcd")}
+
+
+def test_every_stage_runs_a_module_of_a_sub_project():
+    """``python -m rambo.<package>.<module>``, never a script: a script imports its siblings only
+    with its folder on ``sys.path``, which no figure or table edits any more (issue 32)."""
+    for name, stage in stages().items():
+        cmd = stage["cmd"] if isinstance(stage["cmd"], str) else " && ".join(stage["cmd"])
+        found = list(ENTRY.finditer(cmd))
+        assert found and all(match["module"] for match in found), f"stage {name!r}: {cmd}"
+        assert all(package_of(file) for file in entry_points(cmd)), f"stage {name!r}: {cmd}"
 
 
 @pytest.mark.parametrize("name", sorted(stages()))

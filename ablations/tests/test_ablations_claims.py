@@ -1,13 +1,10 @@
 """The claims table: paired differences, their 95% interval and the verdict."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from claims import CLAIMS, evaluate_claims, minibatch_bias_claims  # noqa: E402
+from rambo.ablations.claims import CLAIMS, evaluate_claims, minibatch_bias_claims
 
 
 def test_claims_are_evaluated_on_the_cells_a_profile_runs():

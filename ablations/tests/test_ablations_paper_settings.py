@@ -2,14 +2,12 @@
 
 import copy
 import functools
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import paper_settings  # noqa: E402
-from paper_settings import check, entries_for, load_ledger, same  # noqa: E402
+from rambo.ablations import paper_settings
+from rambo.ablations.paper_settings import check, entries_for, load_ledger, same
 
 
 @functools.lru_cache(maxsize=None)

@@ -3,7 +3,6 @@ and accepts the same files only through the SHA256SUMS the smoke writes and its 
 
 import hashlib
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,7 @@ from rambo.harness.weights import WeightsError
 from rambo.retrieval.prepare import STAGE as retrieval
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "ablations"))
-import paper_smoke  # noqa: E402
+from rambo.ablations import paper_smoke
 
 SMOKE = REPO / "ablations" / "profiles" / "paper-smoke.yaml"
 

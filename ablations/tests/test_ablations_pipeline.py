@@ -12,8 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-sys.path.insert(0, str(REPO / "ablations"))
-from paper_smoke import copy_repository  # noqa: E402
+from rambo.ablations.paper_smoke import copy_repository
 
 
 def run(args, cwd, timeout=900):

@@ -7,10 +7,9 @@ import pytest
 import yaml
 
 ABLATIONS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ABLATIONS))
-import tables  # noqa: E402
-from claims import CLAIMS  # noqa: E402
-from paper_numbers import TABLES  # noqa: E402
+from rambo.ablations import tables
+from rambo.ablations.claims import CLAIMS
+from rambo.ablations.paper_numbers import TABLES
 
 
 def write_run(runs: Path, task, experiment, seed, value, provenance=None):
@@ -125,11 +124,11 @@ def test_wandb_mode_honours_wandb_mode_and_netrc_like_the_apps(monkeypatch, tmp_
 
 def test_set_profile_never_overwrites_a_locally_edited_params_file(tmp_path):
     root = Path(__file__).resolve().parents[2]
-    script = root / "ablations" / "set_profile.py"
     params = tmp_path / "params.yaml"
 
     def set_profile(*args):
-        return subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True)
+        return subprocess.run([sys.executable, "-m", "rambo.ablations.set_profile", *args], cwd=tmp_path,
+                              capture_output=True, text=True)  # fmt: skip
 
     assert set_profile("mini").returncode == 0 and params.read_text() == (root / "ablations/profiles/mini.yaml").read_text()
     assert set_profile("tiny").returncode == 0  # switching between unedited profiles is fine
@@ -151,7 +150,7 @@ def test_the_committed_params_file_is_not_a_local_edit(tmp_path):
     git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
     for command in (["init", "-q"], ["add", "params.yaml"], ["commit", "-qm", "params"]):
         subprocess.run([*git, *command], cwd=tmp_path, check=True, capture_output=True)
-    done = subprocess.run([sys.executable, str(root / "ablations" / "set_profile.py"), "mini"], cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", "rambo.ablations.set_profile", "mini"], cwd=tmp_path,
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert params.read_text() == (root / "ablations/profiles/mini.yaml").read_text()
@@ -161,8 +160,8 @@ def test_make_tables_builds_the_tables_from_runs_alone(tmp_path):
     """`make tables`: the documented way to bring in runs made elsewhere (no DVC, nothing upstream)."""
     root = Path(__file__).resolve().parents[2]
     recipe = subprocess.run(["make", "-n", "tables", "PY=python"], cwd=root, capture_output=True, text=True).stdout
-    assert "ablations/tables.py --runs results/runs --params params.yaml --out results/tables" in recipe
-    assert "dvc" not in recipe.split("ablations/tables.py")[1]
+    assert "-m rambo.ablations.tables --runs results/runs --params params.yaml --out results/tables" in recipe
+    assert "dvc" not in recipe.split("rambo.ablations.tables")[1]
 
 
 @pytest.mark.parametrize(("value", "seeds"), [("0,1,2", [0, 1, 2]), (0, [0]), ("3", [3]), ([0, 1], [0, 1]), ("0, 5", [0, 5])])
@@ -187,8 +186,7 @@ def test_table7_ablates_the_papers_full_rambo_variant_and_names_its_runs(tmp_pat
     """Issue 30: the paper's Full RaMBO row of Table 7 is loglog on CUB200 and SOP (64.0, 78.6) and
     log on In-shop (88.1); the paper profile's ablations build on that variant, and the table names
     the runs behind each column. Each ablation must compose with its column's weighting."""
-    sys.path.insert(0, str(ABLATIONS))
-    import paper_settings
+    from rambo.ablations import paper_settings
 
     profile = yaml.safe_load((ABLATIONS / "profiles" / "paper.yaml").read_text())
     run_map = profile["tables"]["runs"]

@@ -1,15 +1,13 @@
-"""``make wandb-report`` (ablations/wandb_report.py): the report object of a profile, built without the
+"""``make wandb-report`` (rambo.ablations.wandb_report): the report object of a profile, built without the
 network, and the refusal to build anything without an API key."""
 
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 ABLATIONS = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ABLATIONS))
-import wandb_report  # noqa: E402
+from rambo.ablations import wandb_report
 
 pytest.importorskip("wandb_workspaces")
 

@@ -6,12 +6,6 @@ from pathlib import Path
 import pytest
 import torch
 
-FIGURES = Path(__file__).resolve().parents[1]
-# The figure scripts and their helper modules live in figures/ (not an installed package); the tests
-# share figures_testing.py beside this file.
-sys.path.insert(0, str(FIGURES))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 
 @pytest.fixture(autouse=True)
 def _seed_and_threads():
@@ -20,13 +14,13 @@ def _seed_and_threads():
 
 
 @pytest.fixture
-def run_script(tmp_path):
-    """Run ``figures/<script>`` as the pipeline does (a fresh interpreter); return the output folder."""
+def run_figure(tmp_path):
+    """Run ``python -m rambo.figures.<module>`` as the pipeline does (a fresh interpreter); return the output folder."""
 
-    def run(script: str, *args: str):
+    def run(module: str, *args: str):
         out = tmp_path / "out"
         completed = subprocess.run(
-            [sys.executable, str(FIGURES / script), "--out", str(out), *args],
+            [sys.executable, "-m", f"rambo.figures.{module}", "--out", str(out), *args],
             capture_output=True, text=True, timeout=120,
             env={**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"},
         )
@@ -34,3 +28,15 @@ def run_script(tmp_path):
         return out
 
     return run
+
+
+@pytest.fixture
+def assert_figure_written():
+    """Check that ``<out>/<name>.png`` and ``.pdf`` were written (and are not empty stubs)."""
+
+    def check(out: Path, name: str) -> None:
+        for ext in ("png", "pdf"):
+            path = out / f"{name}.{ext}"
+            assert path.is_file() and path.stat().st_size > 1000, path
+
+    return check

@@ -2,7 +2,7 @@ import pytest
 import torch
 from rambo.core import exact_rank
 
-from fastap_soft_rank import bin_weights, fastap_soft_rank
+from rambo.figures.fastap_soft_rank import bin_weights, fastap_soft_rank
 
 
 def brute_force_soft_rank(scores, bins, lo, hi):

@@ -3,12 +3,11 @@ import json
 
 import pytest
 import torch
-from figures_testing import assert_figure_written
 from rambo.core import exact_rank, rank
 
-from blackbox_interpolation import blackbox_interpolation, min_over_permutations
-from landscape_plot import flat_fraction
-from loss_section import LossSection
+from rambo.figures.blackbox_interpolation import blackbox_interpolation, min_over_permutations
+from rambo.figures.landscape_plot import flat_fraction
+from rambo.figures.loss_section import LossSection
 
 
 def brute_force_min_over_permutations(values):
@@ -90,8 +89,8 @@ def test_flat_fraction_counts_equal_neighbours():
 
 
 @pytest.mark.outcome
-def test_fig1_script_writes_figure_and_numbers(run_script):
-    out = run_script("fig1_landscape.py", "--resolution", "40", "--lams", "0.002", "0.02")
+def test_fig1_script_writes_figure_and_numbers(run_figure, assert_figure_written):
+    out = run_figure("fig1_landscape", "--resolution", "40", "--lams", "0.002", "0.02")
     assert_figure_written(out, "fig1_landscape")
     numbers = json.loads((out / "fig1_landscape.json").read_text())
     flat = numbers["flat_fraction"]

@@ -3,9 +3,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from figures_testing import assert_figure_written
 
-from score_distributions import load_pair_scores, positive_above_negative
+from rambo.figures.score_distributions import load_pair_scores, positive_above_negative
 
 
 def brute_force_positive_above_negative(positives, negatives):
@@ -54,11 +53,11 @@ def _synthetic_dump(path, separation, spread, seed):
 
 
 @pytest.mark.outcome
-def test_fig3_script_summarises_both_runs(run_script, tmp_path):
+def test_fig3_script_summarises_both_runs(run_figure, tmp_path, assert_figure_written):
     # Without margin: positives and negatives crowd together; with margin: separated (paper Fig. 3).
     flat, flat_relevant = _synthetic_dump(tmp_path / "no_margin.npz", separation=0.1, spread=0.05, seed=0)
     _synthetic_dump(tmp_path / "margin.npz", separation=0.6, spread=0.2, seed=1)
-    out = run_script("fig3_margin_scores.py", "--without-margin", str(tmp_path / "no_margin.npz"),
+    out = run_figure("fig3_margin_scores", "--without-margin", str(tmp_path / "no_margin.npz"),
                      "--with-margin", str(tmp_path / "margin.npz"), "--margin", "0.05", "--bins", "20")
     assert_figure_written(out, "fig3_margin_scores")
     numbers = json.loads((out / "fig3_margin_scores.json").read_text())
@@ -68,9 +67,9 @@ def test_fig3_script_summarises_both_runs(run_script, tmp_path):
     assert with_margin["positive_above_negative"] > without["positive_above_negative"]
 
 
-def test_fig3_subsamples_large_dumps(run_script, tmp_path):
+def test_fig3_subsamples_large_dumps(run_figure, tmp_path):
     _synthetic_dump(tmp_path / "a.npz", separation=0.3, spread=0.1, seed=2)
-    out = run_script("fig3_margin_scores.py", "--without-margin", str(tmp_path / "a.npz"),
+    out = run_figure("fig3_margin_scores", "--without-margin", str(tmp_path / "a.npz"),
                      "--with-margin", str(tmp_path / "a.npz"), "--max-pairs", "50")
     numbers = json.loads((out / "fig3_margin_scores.json").read_text())
     assert numbers["without margin"]["positives"] == numbers["without margin"]["negatives"] == 50

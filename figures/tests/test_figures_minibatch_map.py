@@ -2,9 +2,9 @@ import json
 
 import pytest
 import torch
-from figures_testing import assert_figure_written
 
-from minibatch_map import MeanAveragePrecision, batch_stream, minibatch_map_estimates, synthetic_class_scores
+from rambo.figures.minibatch_map import (MeanAveragePrecision, batch_stream, minibatch_map_estimates,
+                                         synthetic_class_scores)
 
 
 def brute_force_map(scores, relevant):
@@ -60,8 +60,8 @@ def test_estimate_with_memory_is_the_map_of_the_last_tau_plus_one_batches(tau):
 
 
 @pytest.mark.outcome
-def test_fig2_estimate_is_optimistic_for_small_batches_and_memory_reduces_the_bias(run_script):
-    out = run_script("fig2_minibatch_map.py", "--items", "400", "--classes", "5", "--batch-sizes", "4", "16", "64", "256",
+def test_fig2_estimate_is_optimistic_for_small_batches_and_memory_reduces_the_bias(run_figure, assert_figure_written):
+    out = run_figure("fig2_minibatch_map", "--items", "400", "--classes", "5", "--batch-sizes", "4", "16", "64", "256",
                      "--batches", "60", "--tau", "3")
     assert_figure_written(out, "fig2_minibatch_map")
     numbers = json.loads((out / "fig2_minibatch_map.json").read_text())

@@ -2,11 +2,10 @@ import json
 
 import numpy as np
 import pytest
-from figures_testing import assert_figure_written
 from PIL import Image
 
-from figure_style import NEGATIVE
-from retrieval_examples import as_image, load_retrievals, thumbnail, with_border
+from rambo.figures.figure_style import NEGATIVE
+from rambo.figures.retrieval_examples import as_image, load_retrievals, thumbnail, with_border
 
 
 def test_with_border_frames_the_image_in_the_colour():
@@ -35,11 +34,11 @@ def _tiny_images(folder, count):
     return np.array(paths)
 
 
-def test_fig4_script_from_paths(run_script, tmp_path):
+def test_fig4_script_from_paths(run_figure, tmp_path, assert_figure_written):
     paths = _tiny_images(tmp_path, 9)
     correct = np.array([[True, False, True, True], [False, False, True, False]])
     np.savez(tmp_path / "r.npz", query=paths[:2], results=paths[1:9].reshape(2, 4), correct=correct)
-    out = run_script("fig4_retrievals.py", "--retrievals", str(tmp_path / "r.npz"), "--image-root", str(tmp_path),
+    out = run_figure("fig4_retrievals", "--retrievals", str(tmp_path / "r.npz"), "--image-root", str(tmp_path),
                      "--top-k", "3", "--size", "32")
     assert_figure_written(out, "fig4_retrievals")
     numbers = json.loads((out / "fig4_retrievals.json").read_text())
@@ -47,11 +46,11 @@ def test_fig4_script_from_paths(run_script, tmp_path):
     assert numbers["first_result_correct"] == 0.5
 
 
-def test_fig4_script_from_arrays(run_script, tmp_path):
+def test_fig4_script_from_arrays(run_figure, tmp_path):
     rng = np.random.default_rng(1)
     np.savez(tmp_path / "r.npz", query=rng.integers(0, 256, (3, 10, 10, 3), dtype=np.uint8),
              results=rng.integers(0, 256, (3, 2, 8, 12, 3), dtype=np.uint8), correct=np.ones((3, 2), dtype=bool))
-    out = run_script("fig4_retrievals.py", "--retrievals", str(tmp_path / "r.npz"), "--size", "24")
+    out = run_figure("fig4_retrievals", "--retrievals", str(tmp_path / "r.npz"), "--size", "24")
     assert json.loads((out / "fig4_retrievals.json").read_text())["precision"] == 1.0
 
 

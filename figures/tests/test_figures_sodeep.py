@@ -2,10 +2,9 @@ import json
 
 import pytest
 import torch
-from figures_testing import assert_figure_written
 from rambo.core import exact_rank
 
-from sodeep_sorter import SoDeepSorter, load_sorter, sorting_loss, synthetic_sequences
+from rambo.figures.sodeep_sorter import SoDeepSorter, load_sorter, sorting_loss, synthetic_sequences
 
 
 class _ExactSorter(SoDeepSorter):
@@ -38,13 +37,13 @@ def test_sorter_keeps_leading_dimensions_and_synthetic_sequences_vary_in_scale()
 
 
 def test_load_sorter_explains_a_missing_checkpoint(tmp_path):
-    with pytest.raises(ValueError, match="train_sodeep.py"):
+    with pytest.raises(ValueError, match="rambo.figures.train_sodeep"):
         load_sorter(tmp_path / "sodeep_sorter.pt")
 
 
 @pytest.mark.outcome
-def test_training_lowers_the_loss_and_fig6_draws_all_surrogates(run_script, tmp_path):
-    out = run_script("train_sodeep.py", "--length", "20", "--steps", "40", "--batch", "32", "--hidden", "8",
+def test_training_lowers_the_loss_and_fig6_draws_all_surrogates(run_figure, tmp_path, assert_figure_written):
+    out = run_figure("train_sodeep", "--length", "20", "--steps", "40", "--batch", "32", "--hidden", "8",
                      "--layers", "1", "--lr", "0.01")
     record = json.loads((out / "sodeep_sorter.json").read_text())
     assert record["validation_loss_after"] < 0.8 * record["validation_loss_before"]
@@ -52,7 +51,7 @@ def test_training_lowers_the_loss_and_fig6_draws_all_surrogates(run_script, tmp_
     sorter, checkpoint = load_sorter(out / "sodeep_sorter.pt")
     assert checkpoint["config"] == {"hidden": 8, "layers": 1, "length": 20}
 
-    run_script("fig6_surrogate_landscapes.py", "--sodeep", str(out / "sodeep_sorter.pt"), "--resolution", "30")
+    run_figure("fig6_surrogate_landscapes", "--sodeep", str(out / "sodeep_sorter.pt"), "--resolution", "30")
     assert_figure_written(out, "fig6_surrogate_landscapes")
     numbers = json.loads((out / "fig6_surrogate_landscapes.json").read_text())
     assert numbers["mean_abs_difference_from_true"]["true"] == 0.0
@@ -62,8 +61,8 @@ def test_training_lowers_the_loss_and_fig6_draws_all_surrogates(run_script, tmp_
 
 
 @pytest.mark.outcome
-def test_fig5_evolution_tends_to_the_true_loss(run_script):
-    out = run_script("fig5_landscape_evolution.py", "--lams", "0.001", "0.01", "0.1", "--bins", "3", "12", "48",
+def test_fig5_evolution_tends_to_the_true_loss(run_figure, assert_figure_written):
+    out = run_figure("fig5_landscape_evolution", "--lams", "0.001", "0.01", "0.1", "--bins", "3", "12", "48",
                      "--resolution", "40")
     assert_figure_written(out, "fig5_landscape_evolution")
     numbers = json.loads((out / "fig5_landscape_evolution.json").read_text())

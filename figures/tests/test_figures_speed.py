@@ -1,10 +1,9 @@
 import json
 
 import pytest
-from figures_testing import assert_figure_written
 from rambo.core.benchmark import PAPER_TABLE_6
 
-from table6_speed import load_benchmark
+from rambo.figures.table6_speed import load_benchmark
 
 
 def _bench(path, device, rows):
@@ -12,13 +11,13 @@ def _bench(path, device, rows):
     return path
 
 
-def test_table6_plots_runs_beside_the_paper(run_script, tmp_path):
+def test_table6_plots_runs_beside_the_paper(run_figure, tmp_path, assert_figure_written):
     cpu = _bench(tmp_path / "cpu.json", "cpu", [
         {"n": 10**6, "device": "cpu", "ours_ms": 40.0, "reference_ms": 400.0, "sort_ms": 20.0},
         {"n": 10**5, "device": "cpu", "ours_ms": 4.0, "reference_ms": 30.0, "sort_ms": 2.0},
     ])
     gpu = _bench(tmp_path / "gpu.json", "H200", [{"n": 10**8, "device": "cuda", "ours_ms": 90.0, "sort_ms": 50.0}])
-    out = run_script("table6_speed.py", "--bench", str(cpu), str(gpu))
+    out = run_figure("table6_speed", "--bench", str(cpu), str(gpu))
     assert_figure_written(out, "table6_speed")
     runs = json.loads((out / "table6_speed.json").read_text())["runs"]
     assert [row["n"] for row in runs[0]["rows"]] == [10**5, 10**6]  # sorted by length

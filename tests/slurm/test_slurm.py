@@ -9,7 +9,6 @@ Each test prints what it measured (``-s`` shows it; ``make test-slurm`` passes i
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rambo.ablations import paper_smoke
 
 slurm_cluster = sys.modules["slurm_cluster"]  # loaded by this folder's conftest.py
 BIN, CPU_NODE, DETECTION_TINY, REPO = slurm_cluster.BIN, slurm_cluster.CPU_NODE, slurm_cluster.DETECTION_TINY, slurm_cluster.REPO
@@ -127,7 +127,7 @@ def test_a_sweep_of_each_app_fills_the_tables_layout_and_make_tables_reads_it(cl
     params["seeds"] = "0,1"
     params["tables"]["runs"] = {"retrieval/sop/rambo_recall_log": "synthetic_log", "detection/r50_07/ce": "mini_ce"}
     (shared / "params.yaml").write_text(yaml.safe_dump(params))
-    run(cluster, [sys.executable, str(REPO / "ablations/tables.py"), "--runs", "results/runs", "--params", "params.yaml",
+    run(cluster, [sys.executable, "-m", "rambo.ablations.tables", "--runs", "results/runs", "--params", "params.yaml",
                   "--out", "results/tables", "--wandb-mode", "disabled"], shared)  # fmt: skip
     text = (shared / "results/tables/tables.md").read_text()
     table_2 = next(line for line in text.splitlines() if line.startswith("| RaMBO log"))
@@ -143,9 +143,6 @@ def test_the_pipeline_with_slurm_as_its_launcher_makes_the_tables_of_the_local_l
     apart from the runs' provenance. (The tables name the machines and thread counts of their runs:
     equal too, since a run under SLURM takes its task's CPUs as its threads, as the local launcher's
     workers run one thread each.)"""
-    spec = importlib.util.spec_from_file_location("paper_smoke", REPO / "ablations/paper_smoke.py")
-    paper_smoke = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(paper_smoke)
     repos, seconds = {}, {}
     for name, launcher in (("local", None), ("slurm", " ".join(CPU_NODE))):
         repo = paper_smoke.copy_repository(tmp_path / name, "tiny")

@@ -1,6 +1,6 @@
 """Fig. 2: the mini-batch estimate of mAP against batch size, beside the dataset's true mAP, with score memory.
 
-``python figures/fig2_minibatch_map.py --out figures/out [--items 2000] [--classes 10] [--tau 3]
+``python -m rambo.figures.fig2_minibatch_map --out figures/out [--items 2000] [--classes 10] [--tau 3]
 [--batch-sizes 4 8 ... 1024] [--batches 200]``
 
 Writes ``fig2_minibatch_map.{png,pdf}`` and ``fig2_minibatch_map.json`` (the true mAP and, per batch
@@ -10,16 +10,13 @@ size, the mean and standard deviation of the estimates without and with memory).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, when run as a script
+import matplotlib.pyplot as plt
+from rambo.core.metrics import average_precision
 
-import matplotlib.pyplot as plt  # noqa: E402
-from rambo.core.metrics import average_precision  # noqa: E402
-
-from figure_style import OKABE_ITO, save_figure, save_numbers  # noqa: E402
-from minibatch_map import minibatch_map_estimates, synthetic_class_scores  # noqa: E402
+from .figure_style import OKABE_ITO, save_figure, save_numbers
+from .minibatch_map import minibatch_map_estimates, synthetic_class_scores
 
 
 def parse_args(argv=None):

@@ -1,11 +1,11 @@
 """``make wandb-report``: a W&B Report of one profile's runs, built as code with wandb-workspaces.
 
-    python ablations/wandb_report.py --params params.yaml [--entity TEAM] [--print]
+    python -m rambo.ablations.wandb_report --params params.yaml [--entity TEAM] [--print]
 
 For every paper table the profile runs: a bar chart of the table's headline metric (retrieval R@1,
 detection AP50, each run's W&B summary) per experiment, mean and standard deviation over the seeds,
 and the learning curves of those experiments (loss; retrieval's periodic test R@1 as well); then the
-aggregate tables run's W&B Tables (every paper table and the claims, logged by ablations/tables.py).
+aggregate tables run's W&B Tables (every paper table and the claims, logged by rambo.ablations.tables).
 The run sets select the profile's runs by the flat config keys the training runs carry
 (``profile``, ``experiment_name``; :class:`rambo.harness.run.TrainingRun`), so mini and paper runs
 never mix. Saving needs an API key (``WANDB_API_KEY`` or ``wandb login``) and the network; without
@@ -21,8 +21,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paper_numbers import TABLES  # noqa: E402
+from .paper_numbers import TABLES
 
 PROJECTS = {"retrieval": "rambo-retrieval", "detection": "rambo-detection", "tables": "rambo-tables"}
 HEADLINE = {"retrieval": "R@1", "detection": "AP50"}  # summary keys (the runs' headline.json)
@@ -67,7 +66,7 @@ def build_report(params: dict, entity: str):
     tables_run = wr.Runset(entity=entity, project=PROJECTS["tables"], name=f"tables, profile {profile}",
                            filters=f"Config('profile') == '{profile}'")  # fmt: skip
     logged = [wr.WeavePanelSummaryTable(table_name=table.key) for table in TABLES] + [wr.WeavePanelSummaryTable(table_name="claims")]
-    blocks += [wr.H2("The tables and the paper's claims (the aggregate run of ablations/tables.py)"),
+    blocks += [wr.H2("The tables and the paper's claims (the aggregate run of rambo.ablations.tables)"),
                wr.PanelGrid(runsets=[tables_run], panels=logged)]  # fmt: skip
     return wr.Report(project=PROJECTS["tables"], entity=entity, title=f"RaMBO reproduction ({profile})",
                      description=f"Tables, learning curves and claims of the {profile} profile", blocks=blocks)  # fmt: skip
@@ -99,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not api_key_available():
         print("make wandb-report needs a W&B API key (WANDB_API_KEY, or `wandb login`) and the network to save a "
-              "report; neither is set up here, so nothing was built. `python ablations/wandb_report.py --print` "
+              "report; neither is set up here, so nothing was built. `python -m rambo.ablations.wandb_report --print` "
               "shows what it would contain.", file=sys.stderr)  # fmt: skip
         return 1
     import wandb

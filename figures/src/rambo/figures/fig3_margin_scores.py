@@ -1,6 +1,7 @@
 """Fig. 3: distributions of positive and negative pair scores after training without and with the margin.
 
-``python figures/fig3_margin_scores.py --out figures/out --without-margin A.npz --with-margin B.npz [--margin 0.05]``
+``python -m rambo.figures.fig3_margin_scores --out figures/out --without-margin A.npz --with-margin B.npz
+[--margin 0.05]``
 
 Each input holds ``scores`` and ``relevant`` (see ``score_distributions.py``). Writes
 ``fig3_margin_scores.{png,pdf}`` and ``fig3_margin_scores.json`` (per model: the means and standard
@@ -10,17 +11,14 @@ deviations of the positive and negative scores, and P(positive > negative), on t
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, when run as a script
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from figure_style import NEGATIVE, POSITIVE, save_figure, save_numbers  # noqa: E402
-from score_distributions import load_pair_scores, summary  # noqa: E402
+from .figure_style import NEGATIVE, POSITIVE, save_figure, save_numbers
+from .score_distributions import load_pair_scores, summary
 
 
 def parse_args(argv=None):

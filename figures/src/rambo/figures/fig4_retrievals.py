@@ -1,6 +1,7 @@
 """Fig. 4: example retrievals, one query per row followed by its top-k results; correct and wrong results framed.
 
-``python figures/fig4_retrievals.py --out figures/out --retrievals R.npz [--image-root DATA] [--queries 6] [--top-k 5]``
+``python -m rambo.figures.fig4_retrievals --out figures/out --retrievals R.npz [--image-root DATA] [--queries 6]
+[--top-k 5]``
 
 The input format is described in ``retrieval_examples.py``. Correct results get a bluish-green
 frame and a tick, wrong ones a vermillion frame and a cross (the shape tells them apart without
@@ -11,15 +12,12 @@ shown results per query and over all, and the fraction of queries with a correct
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, when run as a script
+import matplotlib.pyplot as plt
 
-import matplotlib.pyplot as plt  # noqa: E402
-
-from figure_style import NEGATIVE, OKABE_ITO, POSITIVE, save_figure, save_numbers  # noqa: E402
-from retrieval_examples import as_image, load_retrievals, thumbnail, with_border  # noqa: E402
+from .figure_style import NEGATIVE, OKABE_ITO, POSITIVE, save_figure, save_numbers
+from .retrieval_examples import as_image, load_retrievals, thumbnail, with_border
 
 
 def parse_args(argv=None):

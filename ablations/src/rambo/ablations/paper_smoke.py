@@ -24,7 +24,8 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from .checkout import REPO
+
 BIN = Path(sys.executable).parent
 GENERATED = ("results", "figures/out", "data", "dvc.lock", "params.yaml")  # made by the pipeline, not copied
 KEPT = ("results/draws",)
@@ -52,7 +53,7 @@ def copy_repository(destination: Path, profile: str) -> Path:
             (destination / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, destination / name)
     run([str(BIN / "dvc"), "config", "--local", "core.no_scm", "true"], destination)
-    run([sys.executable, "ablations/set_profile.py", profile], destination)
+    run([sys.executable, "-m", "rambo.ablations.set_profile", profile], destination)
     return destination
 
 

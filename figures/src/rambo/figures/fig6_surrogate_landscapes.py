@@ -1,6 +1,6 @@
 """Fig. 6 (App. C): the Fig. 1 section of L(w) = <a, rank(w)> with the ranking replaced by each surrogate.
 
-``python figures/fig6_surrogate_landscapes.py --out figures/out --sodeep figures/out/sodeep_sorter.pt
+``python -m rambo.figures.fig6_surrogate_landscapes --out figures/out --sodeep figures/out/sodeep_sorter.pt
 [--lam 0.005] [--bins 10] [--resolution 200] [--seed 0]``
 
 Panels: (a) exact ranks (piecewise constant), (b) blackbox interpolation (Alg. 1), (c) FastAP's
@@ -12,21 +12,18 @@ zero gradient and the mean absolute difference from the true loss).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, when run as a script
+import matplotlib.pyplot as plt
+import torch
+from rambo.core import exact_rank
 
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from rambo.core import exact_rank  # noqa: E402
-
-from blackbox_interpolation import blackbox_interpolation  # noqa: E402
-from fastap_soft_rank import fastap_soft_rank  # noqa: E402
-from figure_style import save_figure, save_numbers  # noqa: E402
-from landscape_plot import draw_section, flat_fraction  # noqa: E402
-from loss_section import LossSection  # noqa: E402
-from sodeep_sorter import load_sorter  # noqa: E402
+from .blackbox_interpolation import blackbox_interpolation
+from .fastap_soft_rank import fastap_soft_rank
+from .figure_style import save_figure, save_numbers
+from .landscape_plot import draw_section, flat_fraction
+from .loss_section import LossSection
+from .sodeep_sorter import load_sorter
 
 
 def parse_args(argv=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from figure_style import SEQUENTIAL_MAP
+from .figure_style import SEQUENTIAL_MAP
 
 
 def draw_section(ax, values: torch.Tensor, extent: float, title: str, colorbar_label: str = "loss L(w)"):

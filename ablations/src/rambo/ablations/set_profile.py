@@ -1,4 +1,4 @@
-"""Make params.yaml the parameters of a profile: ``python ablations/set_profile.py mini``.
+"""Make params.yaml the parameters of a profile: ``python -m rambo.ablations.set_profile mini``.
 
 params.yaml is what every DVC stage reads; ablations/profiles/<name>.yaml holds each profile. The
 file is replaced only when it differs, so that switching to the profile already in place leaves
@@ -17,7 +17,9 @@ from pathlib import Path
 
 from rambo.harness.atomic import write_text
 
-PROFILES = Path(__file__).resolve().parent / "profiles"
+from .checkout import ABLATIONS
+
+PROFILES = ABLATIONS / "profiles"
 
 
 def committed_text(params: Path) -> str | None:
@@ -47,7 +49,8 @@ def set_profile(name: str, params: Path = Path("params.yaml"), force: bool = Fal
             raise SystemExit(
                 f"{params} has local edits (it is none of the profiles in {PROFILES}); not overwriting it.\n"
                 f"Keep them: run `dvc repro` directly (with .venv/bin on PATH). Discard them: "
-                f"`make reproduce PROFILE={name} FORCE_PROFILE=1` (or set_profile.py {name} --force)."
+                f"`make reproduce PROFILE={name} FORCE_PROFILE=1` (or "
+                f"`python -m rambo.ablations.set_profile {name} --force`)."
             )
     write_text(params, text)
     return True
@@ -56,6 +59,6 @@ def set_profile(name: str, params: Path = Path("params.yaml"), force: bool = Fal
 if __name__ == "__main__":
     arguments = [a for a in sys.argv[1:] if a != "--force"]
     if len(arguments) != 1:
-        raise SystemExit("usage: python ablations/set_profile.py PROFILE [--force]")
+        raise SystemExit("usage: python -m rambo.ablations.set_profile PROFILE [--force]")
     changed = set_profile(arguments[0], force="--force" in sys.argv[1:])
     print(f"params.yaml: profile {arguments[0]}" + (" (switched)" if changed else " (unchanged)"))

@@ -1,6 +1,6 @@
 """Turn the pipeline's runs into the paper's tables: mean +- std over seeds, the paper's number beside.
 
-    python ablations/tables.py --runs results/runs --params params.yaml --out results/tables
+    python -m rambo.ablations.tables --runs results/runs --params params.yaml --out results/tables
 
 Reads ``runs/<task>/<experiment>/seed<k>/metrics.json`` (written by the training stages); the
 profile's ``tables.runs`` in params.yaml says which experiment fills which paper cell. It
@@ -23,7 +23,6 @@ import argparse
 import collections
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import yaml
@@ -32,10 +31,9 @@ from rambo.harness.provenance import machine_label
 from rambo.harness.run import wandb_group
 from rambo.harness.wandb_run import start_run
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from claims import claims_markdown, evaluate_claims, minibatch_bias_claims  # noqa: E402
-from paper_numbers import TABLES, Cell, Table  # noqa: E402
-from plots import write_plot_data  # noqa: E402
+from .claims import claims_markdown, evaluate_claims, minibatch_bias_claims
+from .paper_numbers import TABLES, Cell, Table
+from .plots import write_plot_data
 
 
 def read_metric(task: str, metrics: dict, metric: str) -> float:
@@ -207,7 +205,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--params", type=Path, required=True, help="params.yaml (profile, seeds, tables.runs)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--figure2", type=Path, help="fig2_minibatch_map.json, for the mini-batch bias claims")
-    parser.add_argument("--plots", type=Path, help="folder for the plot data of `dvc plots show` (ablations/plots.py)")
+    parser.add_argument("--plots", type=Path,
+                        help="folder for the plot data of `dvc plots show` (rambo.ablations.plots)")  # fmt: skip
     parser.add_argument("--wandb-mode", default="disabled", choices=["auto", "online", "offline", "disabled"])
     parser.add_argument("--wandb-project", default="rambo-tables")
     args = parser.parse_args(argv)

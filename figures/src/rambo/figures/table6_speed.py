@@ -1,6 +1,6 @@
 """Table 6 as a figure: AP-loss forward+backward time against sequence length, log-log.
 
-``python figures/table6_speed.py --out figures/out --bench core/benchmarks/ap_loss.json [more.json ...]``
+``python -m rambo.figures.table6_speed --out figures/out --bench core/benchmarks/ap_loss.json [more.json ...]``
 
 Each ``--bench`` file is the JSON of ``python -m rambo.core.benchmark`` (``make bench``):
 ``{"meta": {...}, "rows": [{"n", "device", "ours_ms", "reference_ms"?, "sort_ms", ...}]}``; give a
@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, when run as a script
+import matplotlib.pyplot as plt
+from rambo.core.benchmark import PAPER_TABLE_6
 
-import matplotlib.pyplot as plt  # noqa: E402
-from rambo.core.benchmark import PAPER_TABLE_6  # noqa: E402
-
-from figure_style import OKABE_ITO, save_figure, save_numbers  # noqa: E402
+from .figure_style import OKABE_ITO, save_figure, save_numbers
 
 PAPER_LABELS = {"cpu": "paper Table 6, 1 Xeon Gold core", "cuda": "paper Table 6, Tesla V100"}
 

@@ -1,6 +1,6 @@
 """Train the SoDeep LSTM sorter on synthetic score vectors (the sorter drawn in Fig. 6(d)).
 
-``python figures/train_sodeep.py --out figures/out [--length 20] [--steps 1500] [--batch 256] [--loss l1]``
+``python -m rambo.figures.train_sodeep --out figures/out [--length 20] [--steps 1500] [--batch 256] [--loss l1]``
 
 Writes the checkpoint ``sodeep_sorter.pt`` (atomically: a temporary file, then ``os.replace``) and
 ``sodeep_sorter.json`` (the loss on a fixed validation batch before and after training, and the
@@ -10,17 +10,14 @@ mean absolute rank error after training, in ranks).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, when run as a script
+import torch
+from rambo.core import exact_rank
+from rambo.harness.atomic import save_torch
 
-import torch  # noqa: E402
-from rambo.core import exact_rank  # noqa: E402
-from rambo.harness.atomic import save_torch  # noqa: E402
-
-from figure_style import save_numbers  # noqa: E402
-from sodeep_sorter import SoDeepSorter, sorting_loss, synthetic_sequences  # noqa: E402
+from .figure_style import save_numbers
+from .sodeep_sorter import SoDeepSorter, sorting_loss, synthetic_sequences
 
 CHECKPOINT = "sodeep_sorter.pt"
 

@@ -1,7 +1,7 @@
 """The paper-settings ledger (``ablations/paper_settings.yaml``), checked against the configs the
 paper profile composes (issue 21).
 
-    python ablations/paper_settings.py            # every entry of every paper experiment; exit 1 on drift
+    python -m rambo.ablations.paper_settings            # every entry of every paper experiment; exit 1 on drift
 
 For every paper experiment (retrieval: ``experiment=<row> profile=paper``; detection:
 ``experiment=<row>``, which picks its own profile) the ledger's entries that apply to it
@@ -37,8 +37,10 @@ from pathlib import Path
 
 import yaml
 
-LEDGER = Path(__file__).resolve().parent / "paper_settings.yaml"
-README = Path(__file__).resolve().parents[1] / "README.md"
+from .checkout import ABLATIONS, REPO
+
+LEDGER = ABLATIONS / "paper_settings.yaml"
+README = REPO / "README.md"
 DEVIATIONS_HEADING = "## Deviations from the paper and the authors' code"
 MISSING = object()
 NOT_STATED = "not stated"  # the paper_value of a setting the paper does not state

@@ -1,6 +1,6 @@
 """Fig. 5 (App. C): how the Fig. 1 section changes with lambda (blackbox) and with the number of bins (FastAP).
 
-``python figures/fig5_landscape_evolution.py --out figures/out [--lams 0.001 0.003 0.01 0.03]
+``python -m rambo.figures.fig5_landscape_evolution --out figures/out [--lams 0.001 0.003 0.01 0.03]
 [--bins 5 10 20 40] [--resolution 200] [--seed 0]``
 
 Top row: the blackbox interpolation ``f_lam`` for increasing lambda (smoother, further below the
@@ -12,19 +12,16 @@ the fraction of the plane with a zero gradient and the mean absolute difference 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, when run as a script
+import matplotlib.pyplot as plt
+from rambo.core import exact_rank
 
-import matplotlib.pyplot as plt  # noqa: E402
-from rambo.core import exact_rank  # noqa: E402
-
-from blackbox_interpolation import blackbox_interpolation  # noqa: E402
-from fastap_soft_rank import fastap_soft_rank  # noqa: E402
-from figure_style import save_figure, save_numbers  # noqa: E402
-from landscape_plot import draw_section, flat_fraction  # noqa: E402
-from loss_section import LossSection  # noqa: E402
+from .blackbox_interpolation import blackbox_interpolation
+from .fastap_soft_rank import fastap_soft_rank
+from .figure_style import save_figure, save_numbers
+from .landscape_plot import draw_section, flat_fraction
+from .loss_section import LossSection
 
 
 def parse_args(argv=None):

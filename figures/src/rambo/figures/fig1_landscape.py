@@ -1,6 +1,6 @@
 """Fig. 1: a 2-D section of the piecewise-constant loss L(w) = <a, rank(w)> beside two blackbox interpolations.
 
-``python figures/fig1_landscape.py --out figures/out [--lams 0.002 0.01] [--resolution 300] [--seed 0]``
+``python -m rambo.figures.fig1_landscape --out figures/out [--lams 0.002 0.01] [--resolution 300] [--seed 0]``
 
 Writes ``fig1_landscape.{png,pdf}`` and ``fig1_landscape.json`` (per surface: the fraction of the
 plane where the gradient is zero, and for each lam the largest gap ``L - f_lam``, which is >= 0).
@@ -9,19 +9,16 @@ plane where the gradient is zero, and for each lam the largest gap ``L - f_lam``
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, when run as a script
+import matplotlib.pyplot as plt
+import torch
+from rambo.core import exact_rank
 
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from rambo.core import exact_rank  # noqa: E402
-
-from blackbox_interpolation import blackbox_interpolation  # noqa: E402
-from figure_style import save_figure, save_numbers  # noqa: E402
-from landscape_plot import draw_section, flat_fraction  # noqa: E402
-from loss_section import LossSection  # noqa: E402
+from .blackbox_interpolation import blackbox_interpolation
+from .figure_style import save_figure, save_numbers
+from .landscape_plot import draw_section, flat_fraction
+from .loss_section import LossSection
 
 
 def parse_args(argv=None):

@@ -63,7 +63,7 @@ def load_sorter(path: Path) -> tuple[SoDeepSorter, dict]:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"SoDeep checkpoint not found: {path}; train it first with "
-                         f"`python figures/train_sodeep.py --out {path.parent}`")
+                         f"`python -m rambo.figures.train_sodeep --out {path.parent}`")
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     if not {"state_dict", "config"} <= set(checkpoint):
         raise ValueError(f"{path} is not a SoDeep checkpoint (needs 'state_dict' and 'config')")
