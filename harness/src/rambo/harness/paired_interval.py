@@ -2,7 +2,7 @@
 
 Method A minus method B, run with the same seeds: the mean of the per-seed differences
 ``a[i] - b[i]`` and ``mean +- t_{0.975}(n - 1) * sd / sqrt(n)`` (the one-sample t interval of the
-differences). The claims table (``ablations/claims.py``) and the detection studies
+differences). The claims table (``rambo.ablations.claims``) and the detection studies
 (``rambo.detection.variance_study``, ``rambo.detection.regime_study``) read their intervals here.
 """
 
