@@ -39,13 +39,17 @@ def with_rank_loss(model, num_classes: int, margin=0.15, lam=0.5, tau=7) -> torc
     """``model`` (a torchvision Faster R-CNN) with its RoI classifier trained by the RaMBO rank loss."""
     old = model.roi_heads
     model.roi_heads = ConfigurableLossRoIHeads(
-        old.box_roi_pool, old.box_head, old.box_predictor,
+        old.box_roi_pool,
+        old.box_head,
+        old.box_predictor,
         fg_iou_thresh=old.proposal_matcher.high_threshold,
         bg_iou_thresh=old.proposal_matcher.low_threshold,
         batch_size_per_image=old.fg_bg_sampler.batch_size_per_image,
         positive_fraction=old.fg_bg_sampler.positive_fraction,
         bbox_reg_weights=old.box_coder.weights,
-        score_thresh=old.score_thresh, nms_thresh=old.nms_thresh, detections_per_img=old.detections_per_img,
+        score_thresh=old.score_thresh,
+        nms_thresh=old.nms_thresh,
+        detections_per_img=old.detections_per_img,
         # torchvision: background is label / logit column 0, objects are 1..C
         classifier_loss=RankClassifierLoss(num_classes, background_label=0, margin=margin, lam=lam, tau=tau),
         score_function="logit",  # rank detections by the scores the loss trained (no softmax threshold)
@@ -62,10 +66,12 @@ def synthetic_batch(rng: np.random.Generator, batch_size: int, image_size: int, 
         # VOC boxes are 1-based inclusive pixels; torchvision wants 0-based xyxy corners.
         boxes = [(x1 - 1, y1 - 1, x2, y2) for _, (x1, y1, x2, y2), _ in objects]
         images.append((pil_to_tensor(image).float() / 255).to(device))
-        targets.append({
-            "boxes": torch.tensor(boxes, dtype=torch.float32, device=device).reshape(-1, 4),
-            "labels": torch.tensor([c + 1 for c, _, _ in objects], dtype=torch.int64, device=device),
-        })
+        targets.append(
+            {
+                "boxes": torch.tensor(boxes, dtype=torch.float32, device=device).reshape(-1, 4),
+                "labels": torch.tensor([c + 1 for c, _, _ in objects], dtype=torch.int64, device=device),
+            }
+        )
     return images, targets
 
 
@@ -86,12 +92,16 @@ def main(argv=None) -> dict:
 
     # Your detector, as you would build it (min/max_size: the images are used at their own size here).
     model = fasterrcnn_resnet50_fpn(
-        weights=None, weights_backbone=None, num_classes=num_classes + 1,
-        min_size=args.image_size, max_size=args.image_size,
+        weights=None,
+        weights_backbone=None,
+        num_classes=num_classes + 1,
+        min_size=args.image_size,
+        max_size=args.image_size,
     )
     model = with_rank_loss(model, num_classes).to(device)
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=args.lr, momentum=0.9,
-                                weight_decay=1e-4)
+    optimizer = torch.optim.SGD(
+        [p for p in model.parameters() if p.requires_grad], lr=args.lr, momentum=0.9, weight_decay=1e-4
+    )
 
     model.train()
     for step in range(args.steps):
@@ -108,8 +118,10 @@ def main(argv=None) -> dict:
     with torch.no_grad():
         images, _ = synthetic_batch(rng, 1, args.image_size, device)
         detections = model(images)[0]
-    print(f"inference: {len(detections['boxes'])} detections, ranked by class logit "
-          f"(top score {detections['scores'].max().item() if len(detections['scores']) else float('nan'):.3f})")
+    print(
+        f"inference: {len(detections['boxes'])} detections, ranked by class logit "
+        f"(top score {detections['scores'].max().item() if len(detections['scores']) else float('nan'):.3f})"
+    )
     return {"loss": loss.item(), "detections": len(detections["boxes"])}
 
 

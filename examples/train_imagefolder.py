@@ -62,16 +62,24 @@ def main(argv=None) -> dict:
     parser.add_argument("--test-root", help="ImageFolder of held-out classes to score (default: --root)")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help="images per batch (default: 64, or classes x samples-per-class when the folder has fewer classes)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="images per batch (default: 64, or classes x samples-per-class when the folder has fewer classes)",
+    )
     parser.add_argument("--samples-per-class", type=int, default=4, help="images of each class in a batch")
     parser.add_argument("--embedding-dim", type=int, default=512)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--margin", type=float, default=0.02, help="alpha (paper Table 9, SOP)")
     parser.add_argument("--lam", type=float, default=4.0, help="lambda of the blackbox ranking (Table 9, SOP)")
     parser.add_argument("--tau", type=int, default=3, help="batches kept in the embedding memory (App. A)")
-    parser.add_argument("--pretrained", action=argparse.BooleanOptionalAction, default=False,
-                        help="start from ImageNet weights (downloads them)")
+    parser.add_argument(
+        "--pretrained",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="start from ImageNet weights (downloads them)",
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -81,9 +89,14 @@ def main(argv=None) -> dict:
     train_set = torchvision.datasets.ImageFolder(args.root, transform=image_transform(args.image_size, train=True))
     if args.batch_size is None:  # a batch holds batch / m distinct classes: at most the folder's
         args.batch_size = min(64 // args.samples_per_class, len(train_set.classes)) * args.samples_per_class
-        print(f"batch size {args.batch_size} ({args.batch_size // args.samples_per_class} classes x {args.samples_per_class})")
+        print(
+            f"batch size {args.batch_size} ({args.batch_size // args.samples_per_class} classes x {args.samples_per_class})"
+        )
     sampler = MPerClassBatchSampler(
-        train_set.targets, batch_size=args.batch_size, samples_per_class=args.samples_per_class, seed=args.seed,
+        train_set.targets,
+        batch_size=args.batch_size,
+        samples_per_class=args.samples_per_class,
+        seed=args.seed,
         batches_per_epoch=max(1, len(train_set) // args.batch_size),
     )
     loader = torch.utils.data.DataLoader(train_set, batch_sampler=sampler, num_workers=0)
@@ -107,10 +120,14 @@ def main(argv=None) -> dict:
             total += loss.item()
         print(f"epoch {epoch + 1}/{args.epochs}  loss {total / len(loader):.4f}", flush=True)
 
-    test_set = torchvision.datasets.ImageFolder(args.test_root or args.root, transform=image_transform(args.image_size, train=False))
+    test_set = torchvision.datasets.ImageFolder(
+        args.test_root or args.root, transform=image_transform(args.image_size, train=False)
+    )
     embeddings, labels = embed(network, test_set, args.batch_size, device)
     metrics = retrieval_metrics(embeddings, labels, ks=(1,))
-    print(f"Recall@1 {metrics['R@1']:.4f}  MAP@R {metrics['MAP@R']:.4f}  ({len(test_set)} images of {args.test_root or args.root})")
+    print(
+        f"Recall@1 {metrics['R@1']:.4f}  MAP@R {metrics['MAP@R']:.4f}  ({len(test_set)} images of {args.test_root or args.root})"
+    )
     return metrics
 
 

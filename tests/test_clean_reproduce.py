@@ -47,7 +47,13 @@ BIN = Path(sys.executable).parent
 VENV = BIN.parent
 SOURCES = ("core", "harness", "retrieval", "detection", "figures", "ablations")
 AUTHOR = ["-c", "user.name=rambo reproduce test", "-c", "user.email=reproduce-test@rambo.invalid"]
-RUN_STAGES = ("retrieval_train@", "retrieval_ablation@", "detection_warm_start@", "detection_train@", "detection_ablation@")
+RUN_STAGES = (
+    "retrieval_train@",
+    "retrieval_ablation@",
+    "detection_warm_start@",
+    "detection_train@",
+    "detection_ablation@",
+)
 DIFF_CHARS = 1500  # of each changed file's diff in a failure message
 MESSAGE_CHARS = 8000  # of the whole failure message's diffs
 
@@ -89,8 +95,9 @@ def reproduce(clone_dir: Path) -> tuple[str, float]:
 def check_fresh(clone_dir: Path) -> None:
     """The clone imports its own sources, has no checkpoints or DVC cache, and a cache of its own."""
     modules = ", ".join(f"rambo.{name}" for name in SOURCES)
-    shown = run([sys.executable, "-c", f"import {modules}\nprint('\\n'.join(m.__file__ for m in ({modules})))"],
-                clone_dir)  # fmt: skip
+    shown = run(
+        [sys.executable, "-c", f"import {modules}\nprint('\\n'.join(m.__file__ for m in ({modules})))"], clone_dir
+    )
     for name, path in zip(SOURCES, shown.split()):
         assert Path(path).resolve().is_relative_to(clone_dir.resolve() / name / "src"), (name, path)
     assert not (clone_dir / "results" / "checkpoints").exists()
@@ -103,10 +110,17 @@ def flatten(value, prefix: str = "") -> dict:
     """Leaf values by key path; a list of ``{"path": ...}`` entries (dvc.lock's deps and outs) is keyed
     by those paths."""
     if isinstance(value, dict):
-        return {k: v for key, item in value.items() for k, v in flatten(item, f"{prefix}.{key}" if prefix else str(key)).items()}
+        return {
+            k: v
+            for key, item in value.items()
+            for k, v in flatten(item, f"{prefix}.{key}" if prefix else str(key)).items()
+        }
     if isinstance(value, list) and value and all(isinstance(i, dict) and "path" in i for i in value):
-        return {k: v for item in value for k, v in flatten({x: y for x, y in item.items() if x != "path"},
-                                                              f"{prefix}[{item['path']}]").items()}  # fmt: skip
+        return {
+            k: v
+            for item in value
+            for k, v in flatten({x: y for x, y in item.items() if x != "path"}, f"{prefix}[{item['path']}]").items()
+        }
     if isinstance(value, list):
         return {k: v for i, item in enumerate(value) for k, v in flatten(item, f"{prefix}[{i}]").items()}
     return {prefix: value}
@@ -182,6 +196,8 @@ def test_a_committed_tiny_reproduction_reproduces_itself_in_a_fresh_clone(workdi
     if "Running stage" in again:
         ran = [line for line in again.splitlines() if line.startswith("Running stage")]
         problems.append("a second dvc repro ran stages:\n" + "\n".join(ran))
-    print(f"\nreproduce in clone 1: {first_s:.0f} s; in clone 2: {second_s:.0f} s; "
-          f"whole test: {time.monotonic() - started:.0f} s")  # fmt: skip
+    print(
+        f"\nreproduce in clone 1: {first_s:.0f} s; in clone 2: {second_s:.0f} s; "
+        f"whole test: {time.monotonic() - started:.0f} s"
+    )
     assert not problems, "\n\n".join(problems)

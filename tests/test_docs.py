@@ -22,7 +22,9 @@ def test_every_module_has_its_entry_in_the_api_reference():
     for package in PACKAGES:
         page = (REPO / "docs" / "api" / f"{package}.md").read_text()
         listed = {line[4:].strip() for line in page.splitlines() if line.startswith("::: ")}
-        assert listed == modules_of(package), f"docs/api/{package}.md: add {sorted(modules_of(package) - listed)}, remove {sorted(listed - modules_of(package))}"
+        assert listed == modules_of(package), (
+            f"docs/api/{package}.md: add {sorted(modules_of(package) - listed)}, remove {sorted(listed - modules_of(package))}"
+        )
 
 
 def test_the_site_config_names_every_page_and_source_folder():

@@ -104,8 +104,9 @@ def uncovered(stage: dict) -> list[str]:
     deps = [dep if isinstance(dep, str) else next(iter(dep)) for dep in stage.get("deps", [])]
     deps = [REPO / dep for dep in deps if "${" not in dep]
     files = set().union(*(closure(entry) for entry in entry_points(stage["cmd"])))
-    return sorted(str(file.relative_to(REPO)) for file in files
-                  if not any(file == dep or dep in file.parents for dep in deps))  # fmt: skip
+    return sorted(
+        str(file.relative_to(REPO)) for file in files if not any(file == dep or dep in file.parents for dep in deps)
+    )
 
 
 def test_the_import_reader_follows_relative_lazy_and_submodule_imports(tmp_path, monkeypatch):
@@ -122,8 +123,12 @@ def test_the_import_reader_follows_relative_lazy_and_submodule_imports(tmp_path,
     (tmp_path / "scripts" / "sibling.py").write_text("")
     monkeypatch.setitem(globals(), "SOURCE_ROOTS", [tmp_path / "x" / "src"])
     found = {str(path.relative_to(tmp_path)) for path in closure(tmp_path / "scripts" / "run.py")}
-    assert found == {"scripts/run.py", "scripts/sibling.py", "x/src/rambo/x/__init__.py", *(
-        f"x/src/rambo/x/{name}.py" for name in "abcd")}
+    assert found == {
+        "scripts/run.py",
+        "scripts/sibling.py",
+        "x/src/rambo/x/__init__.py",
+        *(f"x/src/rambo/x/{name}.py" for name in "abcd"),
+    }
 
 
 def test_every_stage_runs_a_module_of_a_sub_project():

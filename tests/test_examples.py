@@ -20,14 +20,31 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-TINY_RETRIEVAL = ["--epochs", "1", "--image-size", "32", "--batch-size", "8", "--samples-per-class", "4",
-                  "--embedding-dim", "16", "--device", "cpu"]
+TINY_RETRIEVAL = [
+    "--epochs",
+    "1",
+    "--image-size",
+    "32",
+    "--batch-size",
+    "8",
+    "--samples-per-class",
+    "4",
+    "--embedding-dim",
+    "16",
+    "--device",
+    "cpu",
+]
 
 
 def _run(script: str, *args: str) -> str:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     result = subprocess.run(
-        [sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT,
+        [sys.executable, str(EXAMPLES / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
     )
     assert result.returncode == 0, f"{script} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout
@@ -81,7 +98,7 @@ def test_the_default_batch_fits_a_folder_of_few_classes_and_a_seed_repeats_the_r
     pytest.importorskip("faiss")
     if script == "train_pml.py":
         pytest.importorskip("pytorch_metric_learning")
-    no_batch = [a for i, a in enumerate(TINY_RETRIEVAL) if "--batch-size" not in TINY_RETRIEVAL[max(i - 1, 0):i + 1]]
+    no_batch = [a for i, a in enumerate(TINY_RETRIEVAL) if "--batch-size" not in TINY_RETRIEVAL[max(i - 1, 0) : i + 1]]
     first = _run(script, "--root", str(image_folder), *no_batch, "--seed", "3")
     assert "batch size 16 (4 classes x 4)" in first  # the folder has 4 classes
     _check_retrieval_output(first)
@@ -90,7 +107,9 @@ def test_the_default_batch_fits_a_folder_of_few_classes_and_a_seed_repeats_the_r
 
 
 def test_detection_torchvision():
-    stdout = _run("detection_torchvision.py", "--steps", "2", "--image-size", "64", "--batch-size", "2", "--device", "cpu")
+    stdout = _run(
+        "detection_torchvision.py", "--steps", "2", "--image-size", "64", "--batch-size", "2", "--device", "cpu"
+    )
     losses = re.findall(r"step \d+/2\s+loss (\S+)\s+\(loss_classifier (\S+)", stdout)
     assert len(losses) == 2 and all(math.isfinite(float(x)) for pair in losses for x in pair), stdout
     assert re.search(r"inference: \d+ detections", stdout), stdout

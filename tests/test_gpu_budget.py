@@ -15,15 +15,23 @@ spec.loader.exec_module(gpu_budget)
 
 
 def check(**sections):
-    return {"meta": {"toy": False, "gpu_found": True, "device_name": "Test GPU", "torch": "x", "date": "d"},
-            "sections": sections}  # fmt: skip
+    return {
+        "meta": {"toy": False, "gpu_found": True, "device_name": "Test GPU", "torch": "x", "date": "d"},
+        "sections": sections,
+    }
 
 
 def test_hours_are_images_times_epochs_over_the_measured_rate():
-    rows = gpu_budget.budget(check(
-        retrieval_step={"ok": True, "images_per_second": 1000.0, "batch": 128, "peak_gib": 10.0},
-        detection_step={"runs": [{"experiment": "table5_r50_voc07_rambo", "images_per_second": 50.0, "batch": 8, "peak_gib": 8.0}]},
-    ))  # fmt: skip
+    rows = gpu_budget.budget(
+        check(
+            retrieval_step={"ok": True, "images_per_second": 1000.0, "batch": 128, "peak_gib": 10.0},
+            detection_step={
+                "runs": [
+                    {"experiment": "table5_r50_voc07_rambo", "images_per_second": 50.0, "batch": 8, "peak_gib": 8.0}
+                ]
+            },
+        )
+    )
     by_name = {row["experiment"]: row for row in rows}
     sop = by_name["sop_log, sop_loglog, ablations"]
     assert sop["hours"] == pytest.approx(660 * 128 * 80 / 1000.0 / 3600)  # FastAP's epoch: 66 pairs x 10 batches

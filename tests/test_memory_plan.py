@@ -34,7 +34,9 @@ def test_the_line_through_two_measurements_gives_them_back_and_extrapolates(fixe
         plan_tool.fit_line(2, 1.0, 2, 3.0)
 
 
-@pytest.mark.parametrize("fixed, per_item, budget", [(1.0, 0.25, 3.0), (1.0, 0.3, 3.0), (5.0, 1.0, 4.0), (0.5, 0.07, 15.0)])
+@pytest.mark.parametrize(
+    "fixed, per_item, budget", [(1.0, 0.25, 3.0), (1.0, 0.3, 3.0), (5.0, 1.0, 4.0), (0.5, 0.07, 15.0)]
+)
 def test_largest_fitting_is_the_brute_force_maximum(fixed, per_item, budget):
     brute = max([n for n in range(0, 10_000) if fixed + per_item * n <= budget], default=0)
     assert plan_tool.largest_fitting((fixed, per_item), budget) == brute
@@ -63,8 +65,12 @@ def test_the_cpu_peak_counts_the_live_tensors_at_their_highest():
 
 def test_the_tool_plans_rows_at_toy_sizes_on_the_cpu(tmp_path):
     rows = ["sop_log", "sop_recallk_simix", "table5_r50_voc07_rambo"]
-    done = subprocess.run([sys.executable, str(SCRIPT), "--toy", "--rows", *rows, "--out-dir", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--toy", "--rows", *rows, "--out-dir", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "memory_plan.json").read_text())
     assert [r["row"] for r in report["rows"]] == rows and report["meta"]["toy"]

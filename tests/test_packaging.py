@@ -45,7 +45,9 @@ def _files_under_src(sub: str, suffixes=(".py", ".yaml")) -> set[str]:
     return {
         path.relative_to(src).as_posix()
         for path in src.rglob("*")
-        if path.is_file() and path.suffix in suffixes and "__pycache__" not in path.parts
+        if path.is_file()
+        and path.suffix in suffixes
+        and "__pycache__" not in path.parts
         and not any(part.endswith(".egg-info") for part in path.parts)
     }
 
@@ -166,7 +168,18 @@ def test_wheel_and_non_editable_install(sub, tmp_path):
 
     # A plain (non-editable) install carries the config files too.
     target = tmp_path / "site"
-    command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target), str(wheel)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--no-index",
+        "-q",
+        "--target",
+        str(target),
+        str(wheel),
+    ]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, f"pip install {wheel.name} failed:\n{result.stdout}\n{result.stderr}"
     installed = {p.relative_to(target).as_posix() for p in target.rglob("*.yaml")}

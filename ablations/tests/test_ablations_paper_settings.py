@@ -10,7 +10,7 @@ from rambo.ablations import paper_settings
 from rambo.ablations.paper_settings import check, entries_for, load_ledger, same
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def composed(app, experiment):
     return paper_settings.compose_experiment(app, experiment)
 
@@ -37,11 +37,22 @@ def test_a_profile_that_overrides_an_experiments_batch_size_fails_the_check(tmp_
     paper.write_text(paper.read_text() + "batch_size: 128\n")
     real = paper_settings.config_dir
     monkeypatch.setattr(paper_settings, "config_dir", lambda app: configs if app == "retrieval" else real(app))
-    findings = check(load_ledger(), compose=lambda app, experiment: composed(app, experiment) if app == "detection"
-                     else paper_settings.compose_experiment(app, experiment))  # fmt: skip
+    findings = check(
+        load_ledger(),
+        compose=lambda app, experiment: (
+            composed(app, experiment) if app == "detection" else paper_settings.compose_experiment(app, experiment)
+        ),
+    )
     lines = [f.line() for f in findings if f.kind == "drift"]
-    for row, batch in (("sop_recallk", 4000), ("sop_recallk_simix", 4000), ("cub_recallk", 400), ("inshop_recallk_simix", 4000)):
-        assert any(line.startswith(f"retrieval/{row}: batch_size resolves to 128, ledger {batch}") for line in lines), lines
+    for row, batch in (
+        ("sop_recallk", 4000),
+        ("sop_recallk_simix", 4000),
+        ("cub_recallk", 400),
+        ("inshop_recallk_simix", 4000),
+    ):
+        assert any(line.startswith(f"retrieval/{row}: batch_size resolves to 128, ledger {batch}") for line in lines), (
+            lines
+        )
     assert not any(line.startswith("retrieval/sop_log:") for line in lines)  # 128 is the RaMBO rows' own (App. A)
 
 
@@ -87,9 +98,11 @@ def test_every_entry_names_a_source_and_open_entries_their_current_value():
 
 
 def test_later_entries_replace_earlier_ones_and_numbers_compare_up_to_rounding():
-    section = {"common": [{"key": "a", "value": 1}],
-               "groups": [{"name": "g", "applies_to": ["sop_*"], "entries": [{"key": "a", "value": 2}]}],
-               "experiments": {"sop_log": [{"key": "a", "value": 3}]}}  # fmt: skip
+    section = {
+        "common": [{"key": "a", "value": 1}],
+        "groups": [{"name": "g", "applies_to": ["sop_*"], "entries": [{"key": "a", "value": 2}]}],
+        "experiments": {"sop_log": [{"key": "a", "value": 3}]},
+    }
     assert entries_for(section, "cub_log")["a"]["value"] == 1
     assert entries_for(section, "sop_loglog")["a"]["value"] == 2
     assert entries_for(section, "sop_log")["a"]["value"] == 3
@@ -134,7 +147,9 @@ def test_an_entry_without_the_papers_value_and_a_deviation_from_nothing_fail():
     entry.pop("paper_value")
     lines = paper_settings.undeclared_deviations(ledger)
     assert lines == ["retrieval: image_size records no paper_value (the paper's stated value, or 'not stated')"]
-    entry.update(paper_value=224, code_value=224, deviation="a row with nothing to deviate from", readme_row="Retrieval ties")
+    entry.update(
+        paper_value=224, code_value=224, deviation="a row with nothing to deviate from", readme_row="Retrieval ties"
+    )
     assert paper_settings.undeclared_deviations(ledger) == [
         "retrieval: image_size is marked a deviation, but its value 224 is the paper's (the code's)"
     ]

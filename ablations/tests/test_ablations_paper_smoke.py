@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rambo.ablations import paper_smoke
 from rambo.detection.prepare import STAGE as detection
 from rambo.harness.data_stage import rows_of_params
 from rambo.harness.weights import WeightsError
 from rambo.retrieval.prepare import STAGE as retrieval
 
 REPO = Path(__file__).resolve().parents[2]
-from rambo.ablations import paper_smoke
 
 SMOKE = REPO / "ablations" / "profiles" / "paper-smoke.yaml"
 
@@ -28,12 +28,18 @@ def weights_args(prepare: str) -> tuple[str, list[str]]:
     return sums, words[start:end]
 
 
-def test_stand_in_weights_are_refused_by_the_official_hashes_and_pass_by_their_sha256sums(tmp_path, monkeypatch, capsys):
+def test_stand_in_weights_are_refused_by_the_official_hashes_and_pass_by_their_sha256sums(
+    tmp_path, monkeypatch, capsys
+):
     torch_home = tmp_path / paper_smoke.STAND_IN_TORCH_HOME
     monkeypatch.setenv("TORCH_HOME", str(torch_home))
     sums = tmp_path / paper_smoke.STAND_IN_WEIGHTS_SUMS
     files = paper_smoke.write_stand_in_weights(torch_home, sums)
-    assert sorted(f.name for f in files) == ["resnet101-63fe2227.pth", "resnet50-0676ba61.pth", "resnext101_32x4d-a5af3160.pth"]
+    assert sorted(f.name for f in files) == [
+        "resnet101-63fe2227.pth",
+        "resnet50-0676ba61.pth",
+        "resnext101_32x4d-a5af3160.pth",
+    ]
     profile = yaml.safe_load(SMOKE.read_text())
     for task, stage in (("retrieval", retrieval), ("detection", detection)):
         named_sums, overrides = weights_args(profile[task]["prepare"])

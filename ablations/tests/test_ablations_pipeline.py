@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from rambo.ablations.paper_smoke import copy_repository
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-from rambo.ablations.paper_smoke import copy_repository
 
 
 def run(args, cwd, timeout=900):
@@ -45,12 +46,21 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
         for cell in cells:
             if cell["status"] == "ok":
                 assert len(cell["values"]) == 1 and 0.0 <= cell["mean"] <= 100.0
-    for figure in ("fig1_landscape", "fig2_minibatch_map", "fig3_margin_scores", "fig4_retrievals",
-                   "fig5_landscape_evolution", "fig6_surrogate_landscapes", "table6_speed"):  # fmt: skip
+    for figure in (
+        "fig1_landscape",
+        "fig2_minibatch_map",
+        "fig3_margin_scores",
+        "fig4_retrievals",
+        "fig5_landscape_evolution",
+        "fig6_surrogate_landscapes",
+        "table6_speed",
+    ):
         assert (tiny_repo / "figures" / "out" / f"{figure}.png").stat().st_size > 0, figure
 
     # every run says what made it, and the tables name the machine (issue 20)
-    metrics = json.loads((tiny_repo / "results" / "runs" / "retrieval" / "synthetic_log" / "seed0" / "metrics.json").read_text())
+    metrics = json.loads(
+        (tiny_repo / "results" / "runs" / "retrieval" / "synthetic_log" / "seed0" / "metrics.json").read_text()
+    )
     assert metrics["provenance"]["profile"] == "tiny" and metrics["provenance"]["threads"] >= 1
     assert metrics["provenance"]["device"]["cpu_capability"]
     assert "Runs made on: " in (tiny_repo / "results" / "tables" / "tables.md").read_text()
@@ -65,22 +75,38 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
     assert not any("summary.json" in line or "metrics.json" in line for line in shown)
     assert max(len(line) for line in shown) < 160, max(shown, key=len)
     assert any("results/headlines/retrieval/synthetic_log/seed0.json" in line for line in shown), shown
-    headline = json.loads((tiny_repo / "results" / "headlines" / "retrieval" / "synthetic_log" / "seed0.json").read_text())
+    headline = json.loads(
+        (tiny_repo / "results" / "headlines" / "retrieval" / "synthetic_log" / "seed0.json").read_text()
+    )
     assert set(headline) == {"R@1", "MAP@R", "fair_R@1"}
 
     # every learning curve renders in `dvc plots show` (retrieval's records used to break it)
-    curves = [str(c.relative_to(tiny_repo)) for c in sorted((tiny_repo / "results" / "runs").glob("*/*/seed0/curve.json"))]
+    curves = [
+        str(c.relative_to(tiny_repo)) for c in sorted((tiny_repo / "results" / "runs").glob("*/*/seed0/curve.json"))
+    ]
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    shown = subprocess.run([str(BIN / "dvc"), "plots", "show", "--json", *curves], cwd=tiny_repo, env=env,
-                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    shown = subprocess.run(
+        [str(BIN / "dvc"), "plots", "show", "--json", *curves],
+        cwd=tiny_repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     plots = json.loads(shown.stdout)
     assert {c.split("/")[2] for c in curves} == {"retrieval", "detection"}
     assert not plots.get("errors") and all(plots["data"][c] for c in curves), plots.get("errors")
 
     # `dvc plots show` with no arguments renders the pipeline's plots (issue 24): a line per run and
     # seed of each task's loss and evaluations, the tables' rows per seed, Table 8's lambda curve
-    shown = subprocess.run([str(BIN / "dvc"), "plots", "show", "--json"], cwd=tiny_repo, env=env,
-                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    shown = subprocess.run(
+        [str(BIN / "dvc"), "plots", "show", "--json"],
+        cwd=tiny_repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     rendered = json.loads(shown.stdout)
     assert not rendered.get("errors"), rendered.get("errors")
 
@@ -94,6 +120,10 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
     assert all(0 <= v["R@1"] <= 100 for v in values("retrieval_recall"))
     assert {"mini_ce seed0", "mini_rambo seed0"} <= {v["run"] for v in values("detection_ap50")}
     assert {v["row"] for v in values("table8")} >= {"CE", "RaMBO, lambda 0.5, margin"}
-    assert {(v["lambda"], v["margin"]) for v in values("table8_lambda")} == {(0.1, "margin"), (0.5, "margin"), (2.5, "margin"),
-                                                                          (0.5, "no margin")}  # fmt: skip
+    assert {(v["lambda"], v["margin"]) for v in values("table8_lambda")} == {
+        (0.1, "margin"),
+        (0.5, "margin"),
+        (2.5, "margin"),
+        (0.5, "no margin"),
+    }
     assert {v["row"] for v in values("table7")} >= {"Full RaMBO | Online Products", "No margin | Online Products"}

@@ -60,14 +60,18 @@ def datasets_of(prepare: str) -> list[str]:
 
 def test_paper_smoke_runs_the_paper_dag():
     """paper-smoke differs from paper in scale only: the same rows, table cells and figures."""
-    paper, smoke = (yaml.safe_load((PROFILES[0].parent / f"{name}.yaml").read_text()) for name in ("paper", "paper-smoke"))
+    paper, smoke = (
+        yaml.safe_load((PROFILES[0].parent / f"{name}.yaml").read_text()) for name in ("paper", "paper-smoke")
+    )
     for task in ("retrieval", "detection"):
         for key in ("experiments", "ablations"):
             assert smoke[task][key] == paper[task][key], (task, key)
         assert "profile=smoke" in smoke[task]["overrides"].split()
         assert datasets_of(smoke[task]["prepare"]) == datasets_of(paper[task]["prepare"])
     assert smoke["tables"]["runs"] == paper["tables"]["runs"]
-    assert {k: v for k, v in smoke["figures"].items() if k != "args"} == {k: v for k, v in paper["figures"].items() if k != "args"}
+    assert {k: v for k, v in smoke["figures"].items() if k != "args"} == {
+        k: v for k, v in paper["figures"].items() if k != "args"
+    }
 
 
 @pytest.mark.parametrize("profile", PROFILES, ids=[p.stem for p in PROFILES])

@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-ABLATIONS = Path(__file__).resolve().parents[1]
 from rambo.ablations import tables
 from rambo.ablations.claims import CLAIMS
 from rambo.ablations.paper_numbers import TABLES
+
+ABLATIONS = Path(__file__).resolve().parents[1]
 
 
 def write_run(runs: Path, task, experiment, seed, value, provenance=None):
@@ -31,8 +32,11 @@ def fill_runs(runs: Path, run_map: dict, seeds, value=lambda key, seed: 0.5 + 0.
 
 
 def machine(capability, threads=1):
-    return {"device": {"cpu": "Test CPU", "cpu_capability": capability}, "threads": threads,
-            "libraries": {"torch": "2.14.1"}}  # fmt: skip
+    return {
+        "device": {"cpu": "Test CPU", "cpu_capability": capability},
+        "threads": threads,
+        "libraries": {"torch": "2.14.1"},
+    }
 
 
 MINI_RUNS = yaml.safe_load((ABLATIONS / "profiles" / "mini.yaml").read_text())["tables"]["runs"]
@@ -42,7 +46,9 @@ def test_tables_have_mean_std_and_paper_numbers(tmp_path):
     params = {"profile": "mini", "seeds": [0, 1, 2], "tables": {"runs": MINI_RUNS, "labels": {"sop": "synthetic"}}}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     fill_runs(tmp_path / "runs", MINI_RUNS, [0, 1, 2])
-    tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out")])
+    tables.main(
+        ["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out")]
+    )
     table2 = json.loads((tmp_path / "out" / "table2.json").read_text())
     first = table2["rows"][0]["cells"][0]
     assert first["values"] == pytest.approx([50.0, 60.0, 70.0])
@@ -65,17 +71,33 @@ def test_tables_name_their_machines_and_the_claims_compare_a_second_draw(tmp_pat
     params = {"profile": "mini", "seeds": [0, 1, 2], "tables": {"runs": MINI_RUNS, "second_draw": draw}}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     # First draw: RaMBO clearly above contrastive, the no-margin row a little below RaMBO with noise.
-    first = {"retrieval/sop/contrastive": [0.40, 0.42, 0.41], "retrieval/sop/rambo_recall-no_margin": [0.58, 0.64, 0.69]}
-    fill_runs(tmp_path / "runs", MINI_RUNS, [0, 1, 2], lambda key, seed: first.get(key, [0.6, 0.62, 0.7])[seed],
-              provenance=machine("AVX512"))  # fmt: skip
+    first = {
+        "retrieval/sop/contrastive": [0.40, 0.42, 0.41],
+        "retrieval/sop/rambo_recall-no_margin": [0.58, 0.64, 0.69],
+    }
+    fill_runs(
+        tmp_path / "runs",
+        MINI_RUNS,
+        [0, 1, 2],
+        lambda key, seed: first.get(key, [0.6, 0.62, 0.7])[seed],
+        provenance=machine("AVX512"),
+    )
     # Second draw: the same except the no-margin row, now consistently below: that verdict moves.
     second = {**first, "retrieval/sop/rambo_recall-no_margin": [0.55, 0.57, 0.65]}
-    fill_runs(tmp_path / "draw" / "runs", MINI_RUNS, [0, 1, 2], lambda key, seed: second.get(key, [0.6, 0.62, 0.7])[seed],
-              provenance=machine("DEFAULT"))  # fmt: skip
+    fill_runs(
+        tmp_path / "draw" / "runs",
+        MINI_RUNS,
+        [0, 1, 2],
+        lambda key, seed: second.get(key, [0.6, 0.62, 0.7])[seed],
+        provenance=machine("DEFAULT"),
+    )
     out = tmp_path / "out"
     tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(out)])
     text = (out / "tables.md").read_text()
-    assert f"Runs made on: Test CPU, CPU kernels AVX512, 1 thread, torch 2.14.1 ({3 * len(set(MINI_RUNS.values()))} runs)." in text
+    assert (
+        f"Runs made on: Test CPU, CPU kernels AVX512, 1 thread, torch 2.14.1 ({3 * len(set(MINI_RUNS.values()))} runs)."
+        in text
+    )
     claims = json.loads((out / "claims.json").read_text())
     by_text = {row["claim"]: row for row in claims["claims"]}
     contrastive, margin = by_text[CLAIMS[0].text], by_text[CLAIMS[1].text]
@@ -99,11 +121,17 @@ def test_tables_name_their_machines_and_the_claims_compare_a_second_draw(tmp_pat
 
 
 def test_a_missing_run_is_an_error_not_an_empty_cell(tmp_path):
-    params = {"profile": "mini", "seeds": [0, 1], "tables": {"runs": {"retrieval/sop/rambo_recall_log": "synthetic_log"}}}
+    params = {
+        "profile": "mini",
+        "seeds": [0, 1],
+        "tables": {"runs": {"retrieval/sop/rambo_recall_log": "synthetic_log"}},
+    }
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     write_run(tmp_path / "runs", "retrieval", "synthetic_log", 0, 0.5)
     with pytest.raises(FileNotFoundError, match="synthetic_log seed 1"):
-        tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "o")])
+        tables.main(
+            ["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "o")]
+        )
 
 
 def test_wandb_mode_honours_wandb_mode_and_netrc_like_the_apps(monkeypatch, tmp_path):
@@ -127,10 +155,14 @@ def test_set_profile_never_overwrites_a_locally_edited_params_file(tmp_path):
     params = tmp_path / "params.yaml"
 
     def set_profile(*args):
-        return subprocess.run([sys.executable, "-m", "rambo.ablations.set_profile", *args], cwd=tmp_path,
-                              capture_output=True, text=True)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "rambo.ablations.set_profile", *args], cwd=tmp_path, capture_output=True, text=True
+        )
 
-    assert set_profile("mini").returncode == 0 and params.read_text() == (root / "ablations/profiles/mini.yaml").read_text()
+    assert (
+        set_profile("mini").returncode == 0
+        and params.read_text() == (root / "ablations/profiles/mini.yaml").read_text()
+    )
     assert set_profile("tiny").returncode == 0  # switching between unedited profiles is fine
     params.write_text(params.read_text() + "# my edit\n")
     refused = set_profile("mini")
@@ -150,8 +182,9 @@ def test_the_committed_params_file_is_not_a_local_edit(tmp_path):
     git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
     for command in (["init", "-q"], ["add", "params.yaml"], ["commit", "-qm", "params"]):
         subprocess.run([*git, *command], cwd=tmp_path, check=True, capture_output=True)
-    done = subprocess.run([sys.executable, "-m", "rambo.ablations.set_profile", "mini"], cwd=tmp_path,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "rambo.ablations.set_profile", "mini"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert params.read_text() == (root / "ablations/profiles/mini.yaml").read_text()
 
@@ -164,7 +197,9 @@ def test_make_tables_builds_the_tables_from_runs_alone(tmp_path):
     assert "dvc" not in recipe.split("rambo.ablations.tables")[1]
 
 
-@pytest.mark.parametrize(("value", "seeds"), [("0,1,2", [0, 1, 2]), (0, [0]), ("3", [3]), ([0, 1], [0, 1]), ("0, 5", [0, 5])])
+@pytest.mark.parametrize(
+    ("value", "seeds"), [("0,1,2", [0, 1, 2]), (0, [0]), ("3", [3]), ([0, 1], [0, 1]), ("0, 5", [0, 5])]
+)
 def test_seeds_are_the_run_stages_hydra_sweep(value, seeds):
     assert tables.parse_seeds(value) == seeds
 
@@ -175,11 +210,17 @@ def test_seeds_that_are_not_a_list_of_distinct_integers_are_refused_by_name(valu
         tables.parse_seeds(value)
 
 
-@pytest.mark.parametrize("profile", sorted((Path(__file__).resolve().parents[1] / "profiles").glob("*.yaml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "profile", sorted((Path(__file__).resolve().parents[1] / "profiles").glob("*.yaml")), ids=lambda p: p.stem
+)
 def test_every_profile_names_its_seeds_and_a_hydra_launcher(profile):
     params = yaml.safe_load(profile.read_text())
     assert tables.parse_seeds(params["seeds"])
-    assert str(params["launcher"]).split()[0] in {"hydra/launcher=joblib", "hydra/launcher=basic", "hydra/launcher=slurm"}
+    assert str(params["launcher"]).split()[0] in {
+        "hydra/launcher=joblib",
+        "hydra/launcher=basic",
+        "hydra/launcher=slurm",
+    }
 
 
 def test_table7_ablates_the_papers_full_rambo_variant_and_names_its_runs(tmp_path):
@@ -203,18 +244,25 @@ def test_table7_ablates_the_papers_full_rambo_variant_and_names_its_runs(tmp_pat
             assert config["data"]["name"] == cell.dataset
     assert {c.dataset: c.paper for c in table7.rows[0][1]} == full
     # Table 2-4's loglog rows (SOP, CUB) and log row (In-shop) hold the same numbers.
-    for key, dataset, method in (("table2", "sop", "rambo_recall_loglog"), ("table3", "cub", "rambo_recall_loglog"),
-                                 ("table4", "inshop", "rambo_recall_log")):  # fmt: skip
+    for key, dataset, method in (
+        ("table2", "sop", "rambo_recall_loglog"),
+        ("table3", "cub", "rambo_recall_loglog"),
+        ("table4", "inshop", "rambo_recall_log"),
+    ):
         [table] = [t for t in TABLES if t.key == key]
         [r1] = [c.paper for _, cells in table.rows for c in cells if c.method == method and c.metric == "R@1"]
         assert r1 == full[dataset]
     fill_runs(tmp_path / "runs", run_map, [0])
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({**profile, "seeds": "0"}))
-    tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out")])
+    tables.main(
+        ["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out")]
+    )
     text = (tmp_path / "out" / "table7.md").read_text()
-    assert ("Runs behind each column in this profile: CUB200: cub_loglog, cub_loglog_no_memory, cub_loglog_no_margin; "
-            "In-shop: inshop_log, inshop_log_no_memory, inshop_log_no_margin; Online Products: sop_loglog, "
-            "sop_loglog_no_memory, sop_loglog_no_margin, sop_loglog_row_memory.") in text  # fmt: skip
+    assert (
+        "Runs behind each column in this profile: CUB200: cub_loglog, cub_loglog_no_memory, cub_loglog_no_margin; "
+        "In-shop: inshop_log, inshop_log_no_memory, inshop_log_no_margin; Online Products: sop_loglog, "
+        "sop_loglog_no_memory, sop_loglog_no_margin, sop_loglog_row_memory."
+    ) in text
 
 
 def test_the_mini_profile_says_which_variant_its_table7_ablates(tmp_path):
@@ -222,7 +270,12 @@ def test_the_mini_profile_says_which_variant_its_table7_ablates(tmp_path):
     assert "ablates RaMBO log" in mini["tables"]["notes"]["table7"]
     fill_runs(tmp_path / "runs", mini["tables"]["runs"], [0])
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({**mini, "seeds": "0"}))
-    tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out")])
+    tables.main(
+        ["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "out")]
+    )
     text = (tmp_path / "out" / "table7.md").read_text()
     assert mini["tables"]["notes"]["table7"] in text
-    assert "Online Products: synthetic_log, synthetic_log_no_memory, synthetic_log_no_margin, synthetic_log_row_memory." in text
+    assert (
+        "Online Products: synthetic_log, synthetic_log_no_memory, synthetic_log_no_margin, synthetic_log_row_memory."
+        in text
+    )

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-ABLATIONS = Path(__file__).resolve().parents[1]
 from rambo.ablations import wandb_report
+
+ABLATIONS = Path(__file__).resolve().parents[1]
 
 pytest.importorskip("wandb_workspaces")
 
@@ -20,7 +21,12 @@ def test_the_mini_report_has_a_section_per_table_it_runs_with_its_bars_curves_an
     report = wandb_report.build_report(profile("mini"), entity="team")
     lines = wandb_report.structure(report)
     sections = [line for line in lines if line.startswith("H2: ")]
-    assert [s.split(":")[1].strip() for s in sections[:-1]] == ["Table 2", "Table 7", "Table 5", "Table 8"]  # CUB, In-shop: not run
+    assert [s.split(":")[1].strip() for s in sections[:-1]] == [
+        "Table 2",
+        "Table 7",
+        "Table 5",
+        "Table 8",
+    ]  # CUB, In-shop: not run
     grids = [block for block in report.blocks if type(block).__name__ == "PanelGrid"]
     table2 = grids[0]
     assert [type(p).__name__ for p in table2.panels] == ["BarPlot", "LinePlot", "LinePlot"]

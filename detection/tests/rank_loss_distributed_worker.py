@@ -15,6 +15,7 @@ Writes ``OUT/rank{r}.pt``: per mode and step the loss, the gradients and the sco
 import sys
 
 import torch
+
 from rambo.detection.rank_classifier_loss import RankClassifierLoss
 from rambo.harness.distributed import detect_setup, init_process_group
 
@@ -82,7 +83,9 @@ def main(out):
         local_logits = logits[mine].clone().requires_grad_()
         value = local_loss(local_logits, labels[mine])
         value.backward()
-        result["local"].append({"step": step, "loss": value.detach(), "grad": local_logits.grad, "memory": memory(local_loss)})
+        result["local"].append(
+            {"step": step, "loss": value.detach(), "grad": local_logits.grad, "memory": memory(local_loss)}
+        )
     torch.save(result, f"{out}/rank{setup.rank}.pt")
     torch.distributed.destroy_process_group()
 

@@ -4,9 +4,14 @@ from torch import nn
 from torchvision.ops import FrozenBatchNorm2d
 
 from rambo.detection import backbones
+from rambo.detection.backbones import (
+    EvalModeBatchNorm2d,
+    build_backbone,
+    build_resnet,
+    load_imagenet_weights,
+    open_mmlab_to_torchvision,
+)
 from rambo.harness.pretrained import cache_path
-from rambo.detection.backbones import (EvalModeBatchNorm2d, build_backbone, build_resnet, load_imagenet_weights,
-                                       open_mmlab_to_torchvision)
 
 
 def uninitialised(name: str) -> nn.Module:
@@ -30,7 +35,11 @@ def test_resnext101_32x4d_architecture():
 def open_mmlab_style_state_dict(name: str) -> dict:
     """What the open-mmlab file holds: ``{"state_dict": {conv1.weight, bn1.*, layerK.J.*, fc.*}}``."""
     reference = uninitialised(name).state_dict()
-    return {"state_dict": {k: torch.rand(v.shape).to(v.dtype) for k, v in reference.items() if not k.endswith("num_batches_tracked")}}
+    return {
+        "state_dict": {
+            k: torch.rand(v.shape).to(v.dtype) for k, v in reference.items() if not k.endswith("num_batches_tracked")
+        }
+    }
 
 
 def test_open_mmlab_key_mapping_covers_every_torchvision_key():
@@ -49,8 +58,14 @@ def test_weights_load_from_a_local_file_into_frozen_batchnorm(tmp_path):
     checkpoint = open_mmlab_style_state_dict("resnet18")
     path = tmp_path / "r18.pth"
     torch.save(checkpoint, path)
-    backbone = build_backbone("resnet18", pretrained=True, weights_path=str(path), trainable_layers=2, fpn_channels=16,
-                              backbone_norm="frozen_batchnorm")
+    backbone = build_backbone(
+        "resnet18",
+        pretrained=True,
+        weights_path=str(path),
+        trainable_layers=2,
+        fpn_channels=16,
+        backbone_norm="frozen_batchnorm",
+    )
     body = backbone.body
     torch.testing.assert_close(body.layer4[1].conv2.weight, checkpoint["state_dict"]["layer4.1.conv2.weight"])
     torch.testing.assert_close(body.bn1.running_var, checkpoint["state_dict"]["bn1.running_var"])
@@ -101,6 +116,7 @@ def pretrained_detector(tmp_path, backbone_norm: str):
     """A tiny ResNet-18 Faster R-CNN whose backbone loads a random "ImageNet" file (BN statistics far
     from 0 / 1, so normalising by batch statistics instead would show), mmdetection's frozen_stages=1."""
     from omegaconf import OmegaConf
+
     from rambo.detection.model import build_detector
 
     torch.manual_seed(0)
@@ -112,14 +128,30 @@ def pretrained_detector(tmp_path, backbone_norm: str):
             weights[key] = 0.5 + torch.rand_like(value)
     checkpoint = {"state_dict": weights}
     torch.save(checkpoint, tmp_path / "r18.pth")
-    model = OmegaConf.create({
-        "backbone": "resnet18", "pretrained": True, "weights_path": str(tmp_path / "r18.pth"), "trainable_layers": 3,
-        "backbone_norm": backbone_norm, "fpn_channels": 16, "representation_size": 32, "min_size": 64, "max_size": 64,
-        "anchor_sizes": [8, 16, 32, 64, 128], "rpn_pre_nms_top_n_train": 50, "rpn_post_nms_top_n_train": 20,
-        "rpn_pre_nms_top_n_test": 50, "rpn_post_nms_top_n_test": 20, "box_batch_size_per_image": 16,
-        "box_score_thresh": 0.0, "box_detections_per_img": 10,
-    })  # fmt: skip
-    loss = OmegaConf.create({"score_function": "softmax", "module": {"_target_": "rambo.detection.roi_heads.CrossEntropyClassifierLoss"}})
+    model = OmegaConf.create(
+        {
+            "backbone": "resnet18",
+            "pretrained": True,
+            "weights_path": str(tmp_path / "r18.pth"),
+            "trainable_layers": 3,
+            "backbone_norm": backbone_norm,
+            "fpn_channels": 16,
+            "representation_size": 32,
+            "min_size": 64,
+            "max_size": 64,
+            "anchor_sizes": [8, 16, 32, 64, 128],
+            "rpn_pre_nms_top_n_train": 50,
+            "rpn_post_nms_top_n_train": 20,
+            "rpn_pre_nms_top_n_test": 50,
+            "rpn_post_nms_top_n_test": 20,
+            "box_batch_size_per_image": 16,
+            "box_score_thresh": 0.0,
+            "box_detections_per_img": 10,
+        }
+    )
+    loss = OmegaConf.create(
+        {"score_function": "softmax", "module": {"_target_": "rambo.detection.roi_heads.CrossEntropyClassifierLoss"}}
+    )
     return build_detector(model, loss, num_classes=3), checkpoint["state_dict"]
 
 
@@ -141,8 +173,10 @@ def test_mmdetection_batchnorm_keeps_statistics_frozen_and_trains_affine_in_unfr
     before = {k: v.clone() for k, v in body.state_dict().items()}
     optimizer = torch.optim.SGD([p for p in detector.parameters() if p.requires_grad], lr=0.1)
     images = [torch.rand(3, 64, 64), torch.rand(3, 64, 48)]
-    targets = [{"boxes": torch.tensor([[4.0, 4.0, 40.0, 40.0]]), "labels": torch.tensor([1])},
-               {"boxes": torch.tensor([[10.0, 8.0, 30.0, 50.0]]), "labels": torch.tensor([2])}]
+    targets = [
+        {"boxes": torch.tensor([[4.0, 4.0, 40.0, 40.0]]), "labels": torch.tensor([1])},
+        {"boxes": torch.tensor([[10.0, 8.0, 30.0, 50.0]]), "labels": torch.tensor([2])},
+    ]
     losses = detector(images, targets)
     optimizer.zero_grad()
     sum(losses.values()).backward()
@@ -177,8 +211,8 @@ def test_frozen_batchnorm_option_freezes_the_affine_weights_too(tmp_path):
 def test_warm_start_crosses_between_the_two_batchnorms(tmp_path):
     """FrozenBatchNorm2d's state dict lacks BatchNorm2d's num_batches_tracked: a warm start (and
     the checkpoint of either kind) still loads every weight and statistic."""
-    from rambo.harness.checkpoint import save_checkpoint
     from rambo.detection.warm_start import load_initial_weights
+    from rambo.harness.checkpoint import save_checkpoint
 
     frozen, _ = pretrained_detector(tmp_path, "frozen_batchnorm")
     with torch.no_grad():

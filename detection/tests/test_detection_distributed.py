@@ -7,10 +7,21 @@ import sys
 
 def test_the_training_app_runs_under_torchrun_with_two_processes(tmp_path):
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rambo.detection.train",
-        "experiment=tiny_rambo", f"data_dir={tmp_path / 'data'}", f"hydra.run.dir={tmp_path / 'run'}",
-        "schedule.epochs=2", "schedule.max_iterations_per_epoch=2", "data.max_test_images=2", "wandb.mode=disabled",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "rambo.detection.train",
+        "experiment=tiny_rambo",
+        f"data_dir={tmp_path / 'data'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "schedule.epochs=2",
+        "schedule.max_iterations_per_epoch=2",
+        "data.max_test_images=2",
+        "wandb.mode=disabled",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -34,13 +45,27 @@ def test_mmdetection_batchnorm_and_the_authors_margin_run_under_torchrun(tmp_pat
 
     torch.save(build_resnet("resnet18").state_dict(), tmp_path / "r18.pth")
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rambo.detection.train",
-        "experiment=tiny_rambo", f"data_dir={tmp_path / 'data'}", f"hydra.run.dir={tmp_path / 'run'}",
-        "experiment_name=tiny_rambo_ddp_check", "model.pretrained=true", f"model.weights_path={tmp_path / 'r18.pth'}",
-        "model.trainable_layers=3", "loss.margin_mode=authors_random", "loss.classifier_rois=all_proposals",
-        "schedule.epochs=1", "schedule.max_iterations_per_epoch=2",
-        "data.max_test_images=2", "wandb.mode=disabled",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "rambo.detection.train",
+        "experiment=tiny_rambo",
+        f"data_dir={tmp_path / 'data'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "experiment_name=tiny_rambo_ddp_check",
+        "model.pretrained=true",
+        f"model.weights_path={tmp_path / 'r18.pth'}",
+        "model.trainable_layers=3",
+        "loss.margin_mode=authors_random",
+        "loss.classifier_rois=all_proposals",
+        "schedule.epochs=1",
+        "schedule.max_iterations_per_epoch=2",
+        "data.max_test_images=2",
+        "wandb.mode=disabled",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())

@@ -33,7 +33,9 @@ def pin(monkeypatch, name: str, archive) -> None:
 
 def test_pinned_archives_are_the_official_ones():
     assert ARCHIVES["voc2007-test"].filename == "VOCtest_06-Nov-2007.tar"
-    assert all(a.urls[0].startswith("https://thor.robots.ox.ac.uk/pascal/VOC/") and len(a.md5) == 32 for a in ARCHIVES.values())
+    assert all(
+        a.urls[0].startswith("https://thor.robots.ox.ac.uk/pascal/VOC/") and len(a.md5) == 32 for a in ARCHIVES.values()
+    )
     assert all(a.urls[0].endswith("/" + a.filename) and a.extract for a in ARCHIVES.values())
     # Two more servers of the same tars, tried in turn; one pinned MD5 decides for all of them.
     assert all(len(a.urls) == 3 and all(url.endswith("/" + a.filename) for url in a.urls) for a in ARCHIVES.values())
@@ -67,14 +69,20 @@ def test_trainval_and_test_tars_fill_one_voc2007_folder(tmp_path, monkeypatch, c
     trainval = make_tar(
         served / "trainval.tar", {f"{MAIN}/trainval.txt": b"000005\n", "VOCdevkit/VOC2007/JPEGImages/000005.jpg": b"5"}
     )
-    test = make_tar(served / "test.tar", {f"{MAIN}/test.txt": b"000001\n", "VOCdevkit/VOC2007/JPEGImages/000001.jpg": b"1"})
+    test = make_tar(
+        served / "test.tar", {f"{MAIN}/test.txt": b"000001\n", "VOCdevkit/VOC2007/JPEGImages/000001.jpg": b"1"}
+    )
     pin(monkeypatch, "voc2007-trainval", trainval)
     pin(monkeypatch, "voc2007-test", test)
     root = tmp_path / "voc"
     assert main([str(root), "--sets", "voc2007-trainval", "voc2007-test", "--quiet"]) == 0
     assert capsys.readouterr().out.split() == [str(root / "VOCdevkit/VOC2007")]
     assert listing(root / "VOCdevkit/VOC2007/JPEGImages") == ["000001.jpg", "000005.jpg"]
-    assert sorted(p.name for p in root.iterdir()) == ["VOCdevkit", "VOCtest_06-Nov-2007.tar", "VOCtrainval_06-Nov-2007.tar"]
+    assert sorted(p.name for p in root.iterdir()) == [
+        "VOCdevkit",
+        "VOCtest_06-Nov-2007.tar",
+        "VOCtrainval_06-Nov-2007.tar",
+    ]
 
 
 def test_an_extracted_voc_is_used_without_any_archive(tmp_path, no_network, monkeypatch):

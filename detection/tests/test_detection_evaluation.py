@@ -31,7 +31,11 @@ def hand_case():
     }
     predictions = {
         # scores: 0.9 TP, 0.8 hits a difficult object (ignored), 0.7 duplicate (FP), 0.6 TP, 0.5 miss (FP)
-        "A": {"boxes": [[0, 0, 10, 10], [0, 0, 10, 10], [100, 100, 110, 110]], "scores": [0.9, 0.7, 0.5], "labels": [1, 1, 1]},
+        "A": {
+            "boxes": [[0, 0, 10, 10], [0, 0, 10, 10], [100, 100, 110, 110]],
+            "scores": [0.9, 0.7, 0.5],
+            "labels": [1, 1, 1],
+        },
         "B": {"boxes": [[0, 0, 10, 10], [50, 51, 60, 60]], "scores": [0.8, 0.6], "labels": [1, 1]},
     }
     return predictions, truth
@@ -58,7 +62,13 @@ def test_hand_computed_case(method, expected_cat):
 def test_matching_flags_of_the_hand_case():
     predictions, truth = hand_case()
     detections = [(i, s, b) for i, p in predictions.items() for b, s in zip(p["boxes"], p["scores"])]
-    ground = {i: (np.asarray(t["boxes"])[np.asarray(t["labels"]) == 1], np.asarray(t["difficult"], bool)[np.asarray(t["labels"]) == 1]) for i, t in truth.items()}
+    ground = {
+        i: (
+            np.asarray(t["boxes"])[np.asarray(t["labels"]) == 1],
+            np.asarray(t["difficult"], bool)[np.asarray(t["labels"]) == 1],
+        )
+        for i, t in truth.items()
+    }
     curve = match_class(detections, ground)
     assert curve.true_positive.tolist() == [1, 0, 1, 0] and curve.false_positive.tolist() == [0, 1, 0, 1]
     assert curve.num_positives == 3
@@ -134,8 +144,16 @@ def random_scene(rng, num_images=12, num_classes=3):
             det_boxes.append([x1, y1, x1 + rng.uniform(5, 30), y1 + rng.uniform(5, 30)])
             det_labels.append(int(rng.integers(1, num_classes + 1)))
         det_boxes = [[b[0], b[1], max(b[2], b[0] + 1), max(b[3], b[1] + 1)] for b in det_boxes]
-        truth[f"im{image}"] = {"boxes": np.asarray(boxes).reshape(-1, 4), "labels": np.asarray(labels), "difficult": np.zeros(len(labels), bool)}
-        predictions[f"im{image}"] = {"boxes": np.asarray(det_boxes).reshape(-1, 4), "scores": rng.random(len(det_boxes)), "labels": np.asarray(det_labels, dtype=int)}
+        truth[f"im{image}"] = {
+            "boxes": np.asarray(boxes).reshape(-1, 4),
+            "labels": np.asarray(labels),
+            "difficult": np.zeros(len(labels), bool),
+        }
+        predictions[f"im{image}"] = {
+            "boxes": np.asarray(det_boxes).reshape(-1, 4),
+            "scores": rng.random(len(det_boxes)),
+            "labels": np.asarray(det_labels, dtype=int),
+        }
     return predictions, truth
 
 
@@ -149,16 +167,33 @@ def coco_ap50(predictions, truth, num_classes):
     for name, t in truth.items():
         for box, label in zip(t["boxes"], t["labels"]):
             w, h = box[2] - box[0], box[3] - box[1]
-            annotations.append({"id": len(annotations) + 1, "image_id": ids[name], "category_id": int(label),
-                                "bbox": [box[0], box[1], w, h], "area": w * h, "iscrowd": 0})
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": ids[name],
+                    "category_id": int(label),
+                    "bbox": [box[0], box[1], w, h],
+                    "area": w * h,
+                    "iscrowd": 0,
+                }
+            )
     results = [
-        {"image_id": ids[name], "category_id": int(label), "bbox": [b[0], b[1], b[2] - b[0], b[3] - b[1]], "score": float(s)}
-        for name, p in predictions.items() for b, s, label in zip(p["boxes"], p["scores"], p["labels"])
+        {
+            "image_id": ids[name],
+            "category_id": int(label),
+            "bbox": [b[0], b[1], b[2] - b[0], b[3] - b[1]],
+            "score": float(s),
+        }
+        for name, p in predictions.items()
+        for b, s, label in zip(p["boxes"], p["scores"], p["labels"])
     ]
     with contextlib.redirect_stdout(io.StringIO()):
         coco = COCO()
-        coco.dataset = {"images": images, "annotations": annotations,
-                        "categories": [{"id": c} for c in range(1, num_classes + 1)]}
+        coco.dataset = {
+            "images": images,
+            "annotations": annotations,
+            "categories": [{"id": c} for c in range(1, num_classes + 1)],
+        }
         coco.createIndex()
         evaluator = COCOeval(coco, coco.loadRes(results), "bbox")
         evaluator.params.iouThrs = np.array([0.5])

@@ -20,8 +20,11 @@ def scene(images=12, classes=3, seed=0):
         jitter = boxes + rng.normal(0, 4, size=boxes.shape)
         noise = rng.uniform(0, 60, size=(2, 4))
         noise[:, 2:] = noise[:, :2] + 15
-        predictions[f"{index:03d}"] = {"boxes": np.vstack([jitter, noise]), "scores": rng.uniform(size=count + 2),
-                                       "labels": np.concatenate([labels, rng.integers(1, classes + 1, size=2)])}  # fmt: skip
+        predictions[f"{index:03d}"] = {
+            "boxes": np.vstack([jitter, noise]),
+            "scores": rng.uniform(size=count + 2),
+            "labels": np.concatenate([labels, rng.integers(1, classes + 1, size=2)]),
+        }
     return predictions, truths
 
 
@@ -32,7 +35,9 @@ def test_every_image_once_is_the_plain_ap_and_repeats_count_as_images_of_their_o
     doubled = ids[:4] + ids[:4] + ids[7:]
     by_hand_predictions = {f"{i}-{k}": predictions[i] for k, i in enumerate(doubled)}
     by_hand_truths = {f"{i}-{k}": truths[i] for k, i in enumerate(doubled)}
-    assert map_of_images(predictions, truths, doubled, 3) == pytest.approx(evaluate_voc(by_hand_predictions, by_hand_truths, 3)["map"], abs=1e-12)
+    assert map_of_images(predictions, truths, doubled, 3) == pytest.approx(
+        evaluate_voc(by_hand_predictions, by_hand_truths, 3)["map"], abs=1e-12
+    )
 
 
 def test_bootstrap_draws_are_seeded_resamples_of_the_images():
@@ -51,7 +56,7 @@ def test_disjoint_parts_cover_the_sorted_images_in_order_without_the_remainder()
     predictions, truths = scene(images=14)
     ids = sorted(truths)
     parts = disjoint_maps(predictions, truths, 3, size=4)
-    assert parts.tolist() == [map_of_images(predictions, truths, ids[s:s + 4], 3) for s in (0, 4, 8)]
+    assert parts.tolist() == [map_of_images(predictions, truths, ids[s : s + 4], 3) for s in (0, 4, 8)]
     assert disjoint_maps(predictions, truths, 3, size=14).tolist() == [evaluate_voc(predictions, truths, 3)["map"]]
     with pytest.raises(ValueError, match="size must be in 1..14"):
         disjoint_maps(predictions, truths, 3, size=15)

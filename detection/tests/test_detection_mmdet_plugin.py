@@ -14,7 +14,9 @@ import torch
 if os.environ.get("RAMBO_REQUIRE_MMDET") == "1":
     import mmdet.models  # noqa: F401  (mmcv's compiled ops: what mmcv-lite lacks)
 else:
-    pytest.importorskip("mmdet.models", reason="mmdetection with mmcv's compiled ops is not installed (make test-mmdet)")
+    pytest.importorskip(
+        "mmdet.models", reason="mmdetection with mmcv's compiled ops is not installed (make test-mmdet)"
+    )
 from mmdet import registry  # noqa: E402
 
 from rambo.detection.rank_classifier_loss import RankClassifierLoss  # noqa: E402

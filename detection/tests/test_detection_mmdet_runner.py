@@ -13,7 +13,9 @@ import torch
 if os.environ.get("RAMBO_REQUIRE_MMDET") == "1":
     import mmdet.models  # noqa: F401
 else:
-    pytest.importorskip("mmdet.models", reason="mmdetection with mmcv's compiled ops is not installed (make test-mmdet)")
+    pytest.importorskip(
+        "mmdet.models", reason="mmdetection with mmcv's compiled ops is not installed (make test-mmdet)"
+    )
 from mmengine.config import Config  # noqa: E402
 from mmengine.runner import Runner  # noqa: E402
 
@@ -37,20 +39,39 @@ def small_config(root: Path, loss: str, iterations: int = 4) -> Config:
         head.loss_cls.num_classes = len(CLASSES)
     load = [dict(type="LoadImageFromFile"), dict(type="LoadAnnotations", with_bbox=True)]
     train_pipeline = [*load, dict(type="Resize", scale=(96, 96), keep_ratio=True), dict(type="PackDetInputs")]
-    test_pipeline = [dict(type="LoadImageFromFile"), dict(type="Resize", scale=(96, 96), keep_ratio=True),
-                     dict(type="LoadAnnotations", with_bbox=True),
-                     dict(type="PackDetInputs", meta_keys=("img_id", "img_path", "ori_shape", "img_shape", "scale_factor"))]  # fmt: skip
+    test_pipeline = [
+        dict(type="LoadImageFromFile"),
+        dict(type="Resize", scale=(96, 96), keep_ratio=True),
+        dict(type="LoadAnnotations", with_bbox=True),
+        dict(type="PackDetInputs", meta_keys=("img_id", "img_path", "ori_shape", "img_shape", "scale_factor")),
+    ]
 
     def voc(split, pipeline, test):
-        return dict(type="VOCDataset", data_root=f"{root}/", ann_file=f"VOC2007/ImageSets/Main/{split}.txt",
-                    data_prefix=dict(sub_data_root="VOC2007/"), metainfo=dict(classes=CLASSES), pipeline=pipeline,
-                    test_mode=test, filter_cfg=None if test else dict(filter_empty_gt=True, min_size=8, bbox_min_size=4))  # fmt: skip
+        return dict(
+            type="VOCDataset",
+            data_root=f"{root}/",
+            ann_file=f"VOC2007/ImageSets/Main/{split}.txt",
+            data_prefix=dict(sub_data_root="VOC2007/"),
+            metainfo=dict(classes=CLASSES),
+            pipeline=pipeline,
+            test_mode=test,
+            filter_cfg=None if test else dict(filter_empty_gt=True, min_size=8, bbox_min_size=4),
+        )
 
     loader = dict(num_workers=0, persistent_workers=False)
-    cfg.train_dataloader = dict(batch_size=2, sampler=dict(type="DefaultSampler", shuffle=True),
-                                dataset=voc("trainval", train_pipeline, False), **loader)  # fmt: skip
-    cfg.val_dataloader = cfg.test_dataloader = dict(batch_size=1, drop_last=False, sampler=dict(type="DefaultSampler", shuffle=False),
-                                                    dataset=voc("test", test_pipeline, True), **loader)  # fmt: skip
+    cfg.train_dataloader = dict(
+        batch_size=2,
+        sampler=dict(type="DefaultSampler", shuffle=True),
+        dataset=voc("trainval", train_pipeline, False),
+        **loader,
+    )
+    cfg.val_dataloader = cfg.test_dataloader = dict(
+        batch_size=1,
+        drop_last=False,
+        sampler=dict(type="DefaultSampler", shuffle=False),
+        dataset=voc("test", test_pipeline, True),
+        **loader,
+    )
     cfg.val_evaluator = cfg.test_evaluator = dict(type="VOCMetric", metric="mAP", eval_mode="11points")
     cfg.train_cfg = dict(type="IterBasedTrainLoop", max_iters=iterations, val_interval=iterations)
     cfg.param_scheduler = []

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from rambo.detection.mmdet_inputs import select_weighted_rois
 from rambo.core import APCLoss, MAPLoss
+from rambo.detection.mmdet_inputs import select_weighted_rois
 from rambo.detection.rank_classifier_loss import RankClassifierLoss, labels_to_relevance
 
 
@@ -52,7 +52,9 @@ def brute_map_and_apc(scores, relevant, margin, current=None, c=1.0 / 3.0):
     first ``current`` rows)."""
     current = scores.shape[0] if current is None else current
     columns = [k for k in range(scores.shape[1]) if relevant[:, k].any()]
-    map_loss = sum(brute_ap_loss(scores[:, k].tolist(), relevant[:, k].tolist(), margin) for k in columns) / len(columns)
+    map_loss = sum(brute_ap_loss(scores[:, k].tolist(), relevant[:, k].tolist(), margin) for k in columns) / len(
+        columns
+    )
     apc_loss = brute_ap_loss(scores[:current].flatten().tolist(), relevant[:current].flatten().tolist(), margin)
     return (1 - c) * map_loss + c * apc_loss
 
@@ -103,7 +105,10 @@ def test_gradient_reaches_object_logits_only_and_lowers_the_loss():
 
 def test_score_memory_extends_the_ranking_with_previous_batches():
     generator = torch.Generator().manual_seed(3)
-    batches = [(torch.randn(8, 4, generator=generator, dtype=torch.float64), torch.randint(0, 4, (8,), generator=generator)) for _ in range(3)]
+    batches = [
+        (torch.randn(8, 4, generator=generator, dtype=torch.float64), torch.randint(0, 4, (8,), generator=generator))
+        for _ in range(3)
+    ]
     loss = RankClassifierLoss(3, tau=2).train()
     values = [float(loss(logits, labels)) for logits, labels in batches]
     # Third call: the current batch followed by the two remembered ones, ranked together.
@@ -137,8 +142,13 @@ def test_gradient_is_the_authors_composition_at_the_same_lambda():
     """(1 - c) L_mAP(batch + memory) + c L_AP-C(batch), with the coefficients before the rank as in
     the authors' code: the same loss and gradient as composing the core losses that way."""
     generator = torch.Generator().manual_seed(4)
-    batches = [(0.05 * torch.randn(10, 4, generator=generator, dtype=torch.float64),
-                torch.randint(0, 4, (10,), generator=generator)) for _ in range(3)]  # fmt: skip
+    batches = [
+        (
+            0.05 * torch.randn(10, 4, generator=generator, dtype=torch.float64),
+            torch.randint(0, 4, (10,), generator=generator),
+        )
+        for _ in range(3)
+    ]
     loss = RankClassifierLoss(3, margin=0.15, lam=5.0, tau=2).train()  # large lambda: ranks swap in 30 rows
     for logits, labels in batches[:2]:
         loss(logits, labels)
@@ -234,13 +244,25 @@ def test_bad_labels_fail_on_the_device_on_the_dense_path():
 
 
 @pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.skipif(
-    __import__("os").environ.get("ATEN_CPU_CAPABILITY") == "default",
-    reason="inductor's C++ does not build with ATEN_CPU_CAPABILITY=default (torch 2.14)"))])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "aot_eager",
+        pytest.param(
+            "inductor",
+            marks=pytest.mark.skipif(
+                __import__("os").environ.get("ATEN_CPU_CAPABILITY") == "default",
+                reason="inductor's C++ does not build with ATEN_CPU_CAPABILITY=default (torch 2.14)",
+            ),
+        ),
+    ],
+)
 def test_the_detection_loss_compiles_as_one_graph_with_the_eager_gradients(backend):
     batches = _detection_steps()
     loss = RankClassifierLoss(5, 0, tau=7)
-    explained = torch._dynamo.explain(lambda x, l: loss(x, l))(batches[0][0].clone().requires_grad_(True), batches[0][1])
+    explained = torch._dynamo.explain(lambda x, labels: loss(x, labels))(
+        batches[0][0].clone().requires_grad_(True), batches[0][1]
+    )
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
     expected = _gradients(RankClassifierLoss(5, 0, tau=7), batches)
     torch._dynamo.reset()
@@ -279,12 +301,16 @@ def test_the_authors_random_margin_is_margin_abs_normal_with_their_signs_drawn_p
     margin, lam, c, num_classes = 0.4, 0.5, 1.0 / 3.0, 4
     loss = RankClassifierLoss(num_classes, margin=margin, lam=lam, tau=2, margin_mode="authors_random", margin_seed=5)
     seen = {}
-    loss.map_memory.loss.loss.register_forward_pre_hook(lambda m, args: seen.__setitem__("map", args[0].detach().clone()))
+    loss.map_memory.loss.loss.register_forward_pre_hook(
+        lambda m, args: seen.__setitem__("map", args[0].detach().clone())
+    )
     loss.apc_loss.loss.register_forward_pre_hook(lambda m, args: seen.__setitem__("apc", args[0].detach().clone()))
     reference = torch.Generator().manual_seed(5)
     generator = torch.Generator().manual_seed(2)
-    batches = [(torch.randn(9, num_classes + 1, generator=generator), torch.tensor([0, 1, 2, 0, 4, 3, 1, 0, 2])),
-               (torch.randn(9, num_classes + 1, generator=generator), torch.tensor([3, 0, 0, 1, 1, 2, 4, 0, 0]))]
+    batches = [
+        (torch.randn(9, num_classes + 1, generator=generator), torch.tensor([0, 1, 2, 0, 4, 3, 1, 0, 2])),
+        (torch.randn(9, num_classes + 1, generator=generator), torch.tensor([3, 0, 0, 1, 1, 2, 4, 0, 0])),
+    ]
     remembered = []
     for logits, labels in batches:
         value = loss(logits, labels)
@@ -302,7 +328,9 @@ def test_the_authors_random_margin_is_margin_abs_normal_with_their_signs_drawn_p
         assert (moved[all_relevant] <= 0).all() and (moved[~all_relevant] >= 0).all()
         torch.testing.assert_close(moved.abs(), margin * z_map.abs() / 2)
         columns = [k for k in range(num_classes) if all_relevant[:, k].any()]
-        map_loss = sum(brute_ap_of_shifted(expected_map[:, k].tolist(), all_relevant[:, k].tolist()) for k in columns) / len(columns)
+        map_loss = sum(
+            brute_ap_of_shifted(expected_map[:, k].tolist(), all_relevant[:, k].tolist()) for k in columns
+        ) / len(columns)
         apc_loss = brute_ap_of_shifted(expected_apc.flatten().tolist(), relevant.flatten().tolist())
         assert float(value) == pytest.approx((1 - c) * map_loss + c * apc_loss, abs=1e-6)
         remembered.append((scores, relevant))  # the memory holds the unshifted scores, oldest first
@@ -311,12 +339,16 @@ def test_the_authors_random_margin_is_margin_abs_normal_with_their_signs_drawn_p
 
 def test_the_authors_random_margin_is_reproducible_and_resumes_its_draws():
     generator = torch.Generator().manual_seed(4)
-    batches = [(torch.randn(10, 6, generator=generator), torch.randint(0, 6, (10,), generator=generator)) for _ in range(3)]
+    batches = [
+        (torch.randn(10, 6, generator=generator), torch.randint(0, 6, (10,), generator=generator)) for _ in range(3)
+    ]
 
     def values(loss, which):
         return [float(loss(*batches[i])) for i in which]
 
-    build = lambda seed: RankClassifierLoss(5, margin=0.5, lam=0.5, tau=3, margin_mode="authors_random", margin_seed=seed)  # noqa: E731
+    def build(seed):
+        return RankClassifierLoss(5, margin=0.5, lam=0.5, tau=3, margin_mode="authors_random", margin_seed=seed)
+
     assert values(build(1), range(3)) == values(build(1), range(3))
     assert values(build(1), range(3)) != values(build(2), range(3))
     # no margin_seed: one draw of the global generator, so the run's seed decides the margins
@@ -340,7 +372,9 @@ def test_the_fixed_margin_mode_is_the_papers_and_unchanged():
     default = RankClassifierLoss(4, margin=0.15, lam=0.5, tau=0)
     fixed = RankClassifierLoss(4, margin=0.15, lam=0.5, tau=0, margin_mode="fixed")
     assert default.margin_mode == "fixed" and not hasattr(fixed, "margin_noise")
-    assert set(fixed.state_dict()) == set(default.state_dict()) and not any("margin_noise" in k for k in fixed.state_dict())
+    assert set(fixed.state_dict()) == set(default.state_dict()) and not any(
+        "margin_noise" in k for k in fixed.state_dict()
+    )
     expected = brute_map_and_apc(logits[:, 1:], brute_relevance(labels, 4, 0), 0.15)
     assert float(fixed(logits, labels)) == float(default(logits, labels)) == pytest.approx(expected, abs=1e-6)
     with pytest.raises(ValueError, match="margin_mode"):
@@ -348,19 +382,29 @@ def test_the_fixed_margin_mode_is_the_papers_and_unchanged():
 
 
 def test_the_margin_mode_configs():
-    from hydra import compose, initialize_config_dir
     from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
 
     import rambo.detection
 
     conf = Path(rambo.detection.__file__).parent / "configs"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        rows = {name: compose(config_name="train", overrides=[f"experiment={name}"])
-                for name in ("mini_rambo", "mini_rambo_authors_margin", "table5_r50_voc07_rambo", "table8_lam0p1_margin")}  # fmt: skip
+        rows = {
+            name: compose(config_name="train", overrides=[f"experiment={name}"])
+            for name in ("mini_rambo", "mini_rambo_authors_margin", "table5_r50_voc07_rambo", "table8_lam0p1_margin")
+        }
     assert {name: cfg.loss.module.margin_mode for name, cfg in rows.items()} == {
-        "mini_rambo": "fixed", "mini_rambo_authors_margin": "authors_random", "table5_r50_voc07_rambo": "fixed",
-        "table8_lam0p1_margin": "fixed"}  # fmt: skip
+        "mini_rambo": "fixed",
+        "mini_rambo_authors_margin": "authors_random",
+        "table5_r50_voc07_rambo": "fixed",
+        "table8_lam0p1_margin": "fixed",
+    }
     authors, mini = rows["mini_rambo_authors_margin"], rows["mini_rambo"]
     assert authors.experiment_name == "mini_rambo_authors_margin" and authors.init_checkpoint == mini.init_checkpoint
     differing = {k for k in mini.loss if mini.loss[k] != authors.loss[k]}
-    assert differing == {"margin_mode", "module"} and (authors.schedule, authors.model, authors.data) == (mini.schedule, mini.model, mini.data)
+    assert differing == {"margin_mode", "module"} and (authors.schedule, authors.model, authors.data) == (
+        mini.schedule,
+        mini.model,
+        mini.data,
+    )

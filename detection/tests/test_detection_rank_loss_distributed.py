@@ -28,7 +28,15 @@ def _worker_module():
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory):
     out = tmp_path_factory.mktemp("rank_loss_ddp")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}", str(WORKER), str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={WORLD}",
+        str(WORKER),
+        str(out),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(WORLD)]
@@ -87,7 +95,9 @@ def test_ddp_parameter_gradients_are_the_one_process_gradients(two_processes):
             got = result["ddp"][step]
             torch.testing.assert_close(got["loss"], expected.detach(), rtol=0, atol=1e-15)
             for name, parameter in model.named_parameters():
-                torch.testing.assert_close(got["grads"][name], parameter.grad, rtol=0, atol=1e-15, msg=f"{step} {rank} {name}")
+                torch.testing.assert_close(
+                    got["grads"][name], parameter.grad, rtol=0, atol=1e-15, msg=f"{step} {rank} {name}"
+                )
             _assert_same_memory(got["memory"], _memory(one), atol=1e-15)
     assert nonzero > 0  # the comparison was not one of zeros
 
@@ -98,7 +108,9 @@ def test_global_batch_false_ranks_each_process_own_rois(two_processes):
     worker = _worker_module()
     for rank, result in enumerate(two_processes):
         alone, whole = worker.make_loss(global_batch=False), worker.make_loss()
-        assert [got["step"] for got in result["local"]] == [s for s, split in enumerate(worker.SPLITS) if 0 not in split]
+        assert [got["step"] for got in result["local"]] == [
+            s for s, split in enumerate(worker.SPLITS) if 0 not in split
+        ]
         for got in result["local"]:
             logits, labels, _ = worker.global_step(got["step"])
             mine = worker.rows(got["step"], rank)
@@ -143,7 +155,10 @@ def test_the_config_option_is_built_and_leaves_earlier_checkpoints_resumable():
             config = OmegaConf.to_container(cfg, resolve=True)
             identities[global_batch] = run_identity(config, cfg.resume_may_change, config["identity_defaults"])
             if global_batch == "true":
-                del config["loss"]["global_batch"], config["loss"]["module"]["global_batch"]  # a config from before the key
+                del (
+                    config["loss"]["global_batch"],
+                    config["loss"]["module"]["global_batch"],
+                )  # a config from before the key
                 identities["before"] = run_identity(config, cfg.resume_may_change, config["identity_defaults"])
     assert identities["true"] == identities["before"]
     assert identities["false"] != identities["before"]

@@ -12,13 +12,27 @@ from rambo.detection.model import build_classifier_loss, build_detector
 from rambo.detection.rank_classifier_loss import RankClassifierLoss
 from rambo.detection.roi_heads import ConfigurableLossRoIHeads, box_regression_loss
 
-MODEL = OmegaConf.create({
-    "backbone": "resnet18", "pretrained": False, "weights_path": None, "trainable_layers": 5, "fpn_channels": 16,
-    "representation_size": 32, "min_size": 64, "max_size": 64, "anchor_sizes": [8, 16, 32, 64, 128],
-    "rpn_pre_nms_top_n_train": 100, "rpn_post_nms_top_n_train": 50, "rpn_pre_nms_top_n_test": 100,
-    "rpn_post_nms_top_n_test": 50, "box_batch_size_per_image": 32, "box_score_thresh": 0.0, "box_detections_per_img": 20,
-    "box_smooth_l1_beta": 1.0 / 9.0,  # torchvision's, so that the parent's losses are the reference
-})
+MODEL = OmegaConf.create(
+    {
+        "backbone": "resnet18",
+        "pretrained": False,
+        "weights_path": None,
+        "trainable_layers": 5,
+        "fpn_channels": 16,
+        "representation_size": 32,
+        "min_size": 64,
+        "max_size": 64,
+        "anchor_sizes": [8, 16, 32, 64, 128],
+        "rpn_pre_nms_top_n_train": 100,
+        "rpn_post_nms_top_n_train": 50,
+        "rpn_pre_nms_top_n_test": 100,
+        "rpn_post_nms_top_n_test": 50,
+        "box_batch_size_per_image": 32,
+        "box_score_thresh": 0.0,
+        "box_detections_per_img": 20,
+        "box_smooth_l1_beta": 1.0 / 9.0,  # torchvision's, so that the parent's losses are the reference
+    }
+)
 LOSSES = Path(rambo.detection.__file__).parent / "configs" / "loss"
 
 
@@ -34,11 +48,17 @@ CE = loss_config("ce")
 def heads_inputs(detector):
     torch.manual_seed(0)
     images = [torch.rand(3, 64, 64), torch.rand(3, 64, 64)]
-    targets = [{"boxes": torch.tensor([[4.0, 4.0, 30.0, 30.0], [30.0, 20.0, 60.0, 50.0]]), "labels": torch.tensor([1, 3])},
-               {"boxes": torch.tensor([[10.0, 10.0, 40.0, 50.0]]), "labels": torch.tensor([2])}]
+    targets = [
+        {"boxes": torch.tensor([[4.0, 4.0, 30.0, 30.0], [30.0, 20.0, 60.0, 50.0]]), "labels": torch.tensor([1, 3])},
+        {"boxes": torch.tensor([[10.0, 10.0, 40.0, 50.0]]), "labels": torch.tensor([2])},
+    ]
     image_list, targets = detector.transform(images, targets)
     features = detector.backbone(image_list.tensors)
-    proposals = [torch.tensor([[0.0, 0.0, 32.0, 32.0], [5.0, 5.0, 28.0, 31.0], [20.0, 20.0, 60.0, 60.0], [1.0, 40.0, 20.0, 60.0]])] * 2
+    proposals = [
+        torch.tensor(
+            [[0.0, 0.0, 32.0, 32.0], [5.0, 5.0, 28.0, 31.0], [20.0, 20.0, 60.0, 60.0], [1.0, 40.0, 20.0, 60.0]]
+        )
+    ] * 2
     return features, proposals, image_list.image_sizes, targets
 
 
@@ -155,7 +175,11 @@ def brute_logit_detections(heads, class_logits, box_regression, proposals, image
             box[1::2] = box[1::2].clamp(0, image_shape[0])
             candidates.append((float(class_logits[roi, label]), label, box))
     candidates.sort(key=lambda c: -c[0])
-    candidates = [c for c in candidates[: heads.candidates_per_image] if (c[2][2] - c[2][0]) >= 1e-2 and (c[2][3] - c[2][1]) >= 1e-2]
+    candidates = [
+        c
+        for c in candidates[: heads.candidates_per_image]
+        if (c[2][2] - c[2][0]) >= 1e-2 and (c[2][3] - c[2][1]) >= 1e-2
+    ]
     kept = []
     for score, label, box in candidates:  # greedy NMS within each class
         if all(other[1] != label or float(box_iou(box[None], other[2][None])) <= heads.nms_thresh for other in kept):
@@ -179,8 +203,21 @@ def test_rambo_inference_ranks_by_the_trained_object_logits():
     assert labels[0].tolist() == [e[1] for e in expected]
     torch.testing.assert_close(boxes[0], torch.stack([e[2] for e in expected]))
     with pytest.raises(ValueError, match="score_function"):
-        ConfigurableLossRoIHeads(heads.box_roi_pool, heads.box_head, heads.box_predictor, 0.5, 0.5, 8, 0.25, None,
-                                 0.0, 0.5, 10, classifier_loss=heads.classifier_loss, score_function="sigmoid")
+        ConfigurableLossRoIHeads(
+            heads.box_roi_pool,
+            heads.box_head,
+            heads.box_predictor,
+            0.5,
+            0.5,
+            8,
+            0.25,
+            None,
+            0.0,
+            0.5,
+            10,
+            classifier_loss=heads.classifier_loss,
+            score_function="sigmoid",
+        )
 
 
 # ---- classifier_rois: all_proposals (the rank loss over every proposal + gt; the box loss on the sampled RoIs)
@@ -203,10 +240,15 @@ def many_proposals(count: int = 40, seed: int = 7):
     of :func:`heads_inputs` at IoU >= 0.5 (jittered copies), more than the 32 RoIs sampled per image."""
     generator = torch.Generator().manual_seed(seed)
     result = []
-    for gt in (torch.tensor([[4.0, 4.0, 30.0, 30.0], [30.0, 20.0, 60.0, 50.0]]), torch.tensor([[10.0, 10.0, 40.0, 50.0]])):
+    for gt in (
+        torch.tensor([[4.0, 4.0, 30.0, 30.0], [30.0, 20.0, 60.0, 50.0]]),
+        torch.tensor([[10.0, 10.0, 40.0, 50.0]]),
+    ):
         corners = torch.rand(count // 2, 2, generator=generator) * 44
         free = torch.cat([corners, corners + 4 + torch.rand(count // 2, 2, generator=generator) * 16], dim=1)
-        near = gt[torch.randint(0, len(gt), (count // 2,), generator=generator)] + torch.randn(count // 2, 4, generator=generator)
+        near = gt[torch.randint(0, len(gt), (count // 2,), generator=generator)] + torch.randn(
+            count // 2, 4, generator=generator
+        )
         result.append(torch.cat([free, near]).clamp(0, 64))
     return result
 
@@ -249,7 +291,7 @@ def test_all_proposals_feeds_every_proposal_and_gt_box_with_its_label_to_the_cla
     heads, features, proposals, sizes, targets = all_proposals_heads(CE)
     heads.classifier_rois = "all_proposals"
     _, losses = heads(features, [p.clone() for p in proposals], sizes, targets)
-    (logits, labels), = heads.classifier_loss.calls
+    ((logits, labels),) = heads.classifier_loss.calls
     rois, expected_labels = brute_all_rois_and_labels(proposals, targets)
     assert len(rois) == 40 + 2 + 40 + 1 and logits.shape == (len(rois), 4) and logits.dtype == torch.float32
     assert torch.equal(labels, expected_labels)
@@ -279,7 +321,9 @@ def test_all_proposals_keeps_the_sampled_box_loss():
     torch.manual_seed(1)
     sampled, _, labels, regression_targets = heads.select_training_samples([p.clone() for p in proposals], targets)
     _, box_regression = heads.box_predictor(heads.box_head(heads.box_roi_pool(features, sampled, sizes)))
-    expected = brute_force_box_loss(box_regression.detach(), torch.cat(labels), torch.cat(regression_targets), MODEL.box_smooth_l1_beta)
+    expected = brute_force_box_loss(
+        box_regression.detach(), torch.cat(labels), torch.cat(regression_targets), MODEL.box_smooth_l1_beta
+    )
     assert len(torch.cat(labels)) <= 64 and (torch.cat(labels) > 0).sum() >= 4 and expected > 0
     torch.testing.assert_close(losses["all_proposals"]["loss_box_reg"], losses["sampled"]["loss_box_reg"])
     assert losses["all_proposals"]["loss_box_reg"].item() == pytest.approx(expected, rel=1e-5)
@@ -300,7 +344,7 @@ def test_all_proposals_rank_loss_is_the_core_loss_on_every_roi():
     heads, features, proposals, sizes, targets = all_proposals_heads(large_lambda)
     heads.classifier_rois = "all_proposals"
     _, losses = heads(features, [p.clone() for p in proposals], sizes, targets)
-    (logits, labels), = heads.classifier_loss.calls
+    ((logits, labels),) = heads.classifier_loss.calls
     _, expected_labels = brute_all_rois_and_labels(proposals, targets)
     assert torch.equal(labels, expected_labels) and len(labels) == 83
     relevant = torch.zeros(len(labels), 3, dtype=torch.bool)
@@ -309,7 +353,9 @@ def test_all_proposals_rank_loss_is_the_core_loss_on_every_roi():
             relevant[i, label - 1] = True
     scores = logits.detach()[:, 1:]
     c = large_lambda.interclass_coef
-    by_hand = (1 - c) * MAPLoss(large_lambda.margin, 5.0)(scores, relevant) + c * APCLoss(large_lambda.margin, 5.0)(scores, relevant)
+    by_hand = (1 - c) * MAPLoss(large_lambda.margin, 5.0)(scores, relevant) + c * APCLoss(large_lambda.margin, 5.0)(
+        scores, relevant
+    )
     assert losses["loss_classifier"].item() == pytest.approx(by_hand.item(), rel=1e-6)
     (losses["loss_classifier"] + losses["loss_box_reg"]).backward()
     assert heads.box_predictor.cls_score.weight.grad.abs().sum() > 0
@@ -320,7 +366,7 @@ def test_all_proposals_under_bfloat16_autocast_has_float32_losses():
     heads.classifier_rois = "all_proposals"
     with torch.autocast("cpu", dtype=torch.bfloat16):
         _, losses = heads(features, [p.clone() for p in proposals], sizes, targets)
-    (logits, labels), = heads.classifier_loss.calls
+    ((logits, labels),) = heads.classifier_loss.calls
     assert logits.dtype == torch.float32 and len(labels) == 83
     assert all(value.dtype == torch.float32 and torch.isfinite(value) for value in losses.values())
 
@@ -337,16 +383,45 @@ def test_all_proposals_inference_is_unchanged_and_bad_values_are_refused():
             torch.testing.assert_close(a[key], b[key])
     args = (heads.box_roi_pool, heads.box_head, heads.box_predictor)
     with pytest.raises(ValueError, match="classifier_rois must be one of"):
-        ConfigurableLossRoIHeads(*args, 0.5, 0.5, 8, 0.25, None, 0.0, 0.5, 10, classifier_loss=heads.classifier_loss,
-                                 classifier_rois="everything")
+        ConfigurableLossRoIHeads(
+            *args,
+            0.5,
+            0.5,
+            8,
+            0.25,
+            None,
+            0.0,
+            0.5,
+            10,
+            classifier_loss=heads.classifier_loss,
+            classifier_rois="everything",
+        )
     with pytest.raises(ValueError, match="fg_iou_thresh == bg_iou_thresh"):
-        ConfigurableLossRoIHeads(*args, 0.5, 0.4, 8, 0.25, None, 0.0, 0.5, 10, classifier_loss=heads.classifier_loss,
-                                 classifier_rois="all_proposals")
+        ConfigurableLossRoIHeads(
+            *args,
+            0.5,
+            0.4,
+            8,
+            0.25,
+            None,
+            0.0,
+            0.5,
+            10,
+            classifier_loss=heads.classifier_loss,
+            classifier_rois="all_proposals",
+        )
 
 
-PAPER_RAMBO_ROWS = ["table5_r50_voc07_rambo", "table5_r50_voc0712_rambo", "table5_r101_voc0712_rambo",
-                    "table5_x101_voc0712_rambo", "table8_lam0p1_margin", "table8_lam0p5_margin",
-                    "table8_lam0p5_nomargin", "table8_lam2p5_margin"]  # fmt: skip
+PAPER_RAMBO_ROWS = [
+    "table5_r50_voc07_rambo",
+    "table5_r50_voc0712_rambo",
+    "table5_r101_voc0712_rambo",
+    "table5_x101_voc0712_rambo",
+    "table8_lam0p1_margin",
+    "table8_lam0p5_margin",
+    "table8_lam0p5_nomargin",
+    "table8_lam2p5_margin",
+]
 
 
 def test_the_paper_rambo_rows_rank_all_proposals_and_every_other_row_the_sampled_rois():

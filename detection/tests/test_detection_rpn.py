@@ -18,8 +18,10 @@ from rambo.detection.rpn import BorderAwareRPN
 
 CONFIGS = Path(rambo.detection.__file__).parent / "configs"
 SIZES = [(48, 36), (30, 48)]  # (h, w) of each image; the batch is padded to 48 x 48
-TARGETS = [{"boxes": torch.tensor([[2.0, 3.0, 20.0, 26.0], [14.0, 20.0, 35.0, 47.0]]), "labels": torch.tensor([1, 2])},
-           {"boxes": torch.tensor([[20.0, 2.0, 46.0, 29.0]]), "labels": torch.tensor([3])}]
+TARGETS = [
+    {"boxes": torch.tensor([[2.0, 3.0, 20.0, 26.0], [14.0, 20.0, 35.0, 47.0]]), "labels": torch.tensor([1, 2])},
+    {"boxes": torch.tensor([[20.0, 2.0, 46.0, 29.0]]), "labels": torch.tensor([3])},
+]
 
 
 def make_rpn(allowed_border, cls=BorderAwareRPN):
@@ -27,11 +29,23 @@ def make_rpn(allowed_border, cls=BorderAwareRPN):
     anchors = AnchorGenerator(((16,), (32,)), ((0.5, 1.0, 2.0),) * 2)
     kwargs = {} if cls is RegionProposalNetwork else {"allowed_border": allowed_border}
     head = RPNHead(4, 3)
-    with torch.no_grad():  # not torchvision's 0.01 init, whose objectness is ~0 everywhere (a loss of log 2 whatever the labels)
+    with (
+        torch.no_grad()
+    ):  # not torchvision's 0.01 init, whose objectness is ~0 everywhere (a loss of log 2 whatever the labels)
         for parameter in head.parameters():
             parameter.normal_(0.0, 0.3)
-    return cls(anchors, head, 0.7, 0.3, 32, 0.5, {"training": 60, "testing": 60},
-               {"training": 20, "testing": 20}, 0.7, **kwargs).train()  # fmt: skip
+    return cls(
+        anchors,
+        head,
+        0.7,
+        0.3,
+        32,
+        0.5,
+        {"training": 60, "testing": 60},
+        {"training": 20, "testing": 20},
+        0.7,
+        **kwargs,
+    ).train()
 
 
 def inputs():
@@ -49,8 +63,10 @@ def brute_iou(a, b) -> float:
 def brute_crossing(anchors, size, border):
     """mmdetection v1's rule, one anchor at a time: x1 < -b or y1 < -b or x2 >= w + b or y2 >= h + b."""
     height, width = size
-    return [x1 < -border or y1 < -border or x2 >= width + border or y2 >= height + border
-            for x1, y1, x2, y2 in anchors.tolist()]  # fmt: skip
+    return [
+        x1 < -border or y1 < -border or x2 >= width + border or y2 >= height + border
+        for x1, y1, x2, y2 in anchors.tolist()
+    ]
 
 
 def brute_labels(anchors, target, crossing):
@@ -89,13 +105,17 @@ def test_crossing_anchors_are_ignored_by_each_images_own_size():
         torch.testing.assert_close(matched[image][positive], expected_matched[positive])
         assert 0 < sum(crossing) < len(crossing) and (expected_labels == 1).sum() >= 1
     # image 1 is 30 px high: anchors reaching below row 30 but inside the padded 48 are ignored there
-    assert any(30 <= y2 < 48 and y1 >= 0 and x1 >= 0 and x2 < 48 for x1, y1, x2, y2 in anchors[1][labels[1] == -1].tolist())
+    assert any(
+        30 <= y2 < 48 and y1 >= 0 and x1 >= 0 and x2 < 48 for x1, y1, x2, y2 in anchors[1][labels[1] == -1].tolist()
+    )
     # a border of 4 px keeps more anchors; None keeps all of them (torchvision's assignment, exactly)
     rpn.allowed_border = 4
     assert (rpn.assign_targets_to_anchors(anchors, TARGETS)[0][0] == -1).sum() < (labels[0] == -1).sum()
     rpn.allowed_border = None
-    for got, want in zip(rpn.assign_targets_to_anchors(anchors, TARGETS)[0],
-                         RegionProposalNetwork.assign_targets_to_anchors(rpn, anchors, TARGETS)[0]):  # fmt: skip
+    for got, want in zip(
+        rpn.assign_targets_to_anchors(anchors, TARGETS)[0],
+        RegionProposalNetwork.assign_targets_to_anchors(rpn, anchors, TARGETS)[0],
+    ):
         assert torch.equal(got, want)
 
 
@@ -136,7 +156,9 @@ def test_rpn_loss_leaves_the_ignored_anchors_out():
     targets = rpn.box_coder.encode(matched, anchors)
     targets = torch.cat(targets) if isinstance(targets, (list, tuple)) else targets
     count = len(positives) + len(negatives)
-    objectness_loss = sum(brute_bce(float(objectness[i]), float(flat_labels[i])) for i in torch.cat([positives, negatives])) / count
+    objectness_loss = (
+        sum(brute_bce(float(objectness[i]), float(flat_labels[i])) for i in torch.cat([positives, negatives])) / count
+    )
     box_loss = sum(brute_smooth_l1(float(deltas[i, k] - targets[i, k])) for i in positives for k in range(4)) / count
     assert losses["loss_objectness"].item() == pytest.approx(objectness_loss, rel=1e-5)
     assert losses["loss_rpn_box_reg"].item() == pytest.approx(box_loss, rel=1e-5)
@@ -158,11 +180,15 @@ def test_bad_borders_are_refused_and_an_image_entirely_crossed_ignores_all():
     rpn = make_rpn(0)
     anchors = [torch.tensor([[-4.0, 0.0, 10.0, 10.0], [0.0, 0.0, 12.0, 8.0]])]
     rpn._image_sizes = [(8, 8)]
-    labels, _ = rpn.assign_targets_to_anchors(anchors, [{"boxes": torch.tensor([[0.0, 0.0, 6.0, 6.0]]), "labels": torch.tensor([1])}])
+    labels, _ = rpn.assign_targets_to_anchors(
+        anchors, [{"boxes": torch.tensor([[0.0, 0.0, 6.0, 6.0]]), "labels": torch.tensor([1])}]
+    )
     assert labels[0].tolist() == [-1.0, -1.0]
     rpn._image_sizes = None
     with pytest.raises(RuntimeError, match="image sizes"):
-        rpn.assign_targets_to_anchors(anchors, [{"boxes": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.long)}])
+        rpn.assign_targets_to_anchors(
+            anchors, [{"boxes": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.long)}]
+        )
 
 
 def test_the_model_configs_use_mmdetections_border_and_null_resumes_old_checkpoints():
@@ -177,7 +203,9 @@ def test_the_model_configs_use_mmdetections_border_and_null_resumes_old_checkpoi
         for name in ("mini", "tiny", "resnet50", "resnet101", "resnext101_32x4d"):
             assert compose(config_name="train", overrides=[f"model={name}"]).model.rpn_allowed_border == 0, name
         for border in ("0", "null"):
-            cfg = compose(config_name="train", overrides=["experiment=mini_rambo", f"model.rpn_allowed_border={border}"])
+            cfg = compose(
+                config_name="train", overrides=["experiment=mini_rambo", f"model.rpn_allowed_border={border}"]
+            )
             OmegaConf.update(cfg, "output_dir", "out")
             config = OmegaConf.to_container(cfg, resolve=True)
             identities[border] = run_identity(config, cfg.resume_may_change, config["identity_defaults"])
@@ -192,10 +220,18 @@ def test_the_model_configs_use_mmdetections_border_and_null_resumes_old_checkpoi
     assert (rpn.proposal_matcher.high_threshold, rpn.proposal_matcher.low_threshold) == (0.7, 0.3)
     assert rpn.proposal_matcher.allow_low_quality_matches and rpn.nms_thresh == 0.7
     assert (rpn.fg_bg_sampler.batch_size_per_image, rpn.fg_bg_sampler.positive_fraction) == (256, 0.5)
-    assert rpn._pre_nms_top_n == {"training": 100, "testing": 100} and rpn._post_nms_top_n == {"training": 50, "testing": 50}
+    assert rpn._pre_nms_top_n == {"training": 100, "testing": 100} and rpn._post_nms_top_n == {
+        "training": 50,
+        "testing": 50,
+    }
     detector.train()
     torch.manual_seed(0)
     images = [torch.rand(3, 64, 48), torch.rand(3, 48, 64)]
-    losses = detector(images, [{"boxes": torch.tensor([[4.0, 4.0, 30.0, 40.0]]), "labels": torch.tensor([2])},
-                               {"boxes": torch.tensor([[10.0, 8.0, 60.0, 40.0]]), "labels": torch.tensor([5])}])  # fmt: skip
+    losses = detector(
+        images,
+        [
+            {"boxes": torch.tensor([[4.0, 4.0, 30.0, 40.0]]), "labels": torch.tensor([2])},
+            {"boxes": torch.tensor([[10.0, 8.0, 60.0, 40.0]]), "labels": torch.tensor([5])},
+        ],
+    )
     assert all(torch.isfinite(value) for value in losses.values())

@@ -11,12 +11,12 @@ from omegaconf import OmegaConf
 
 import rambo.detection
 from rambo.detection.evaluation import evaluate_voc
-from rambo.harness.checkpoint import load_checkpoint
 from rambo.detection.model import build_detector
 from rambo.detection.predict import collect_detections
 from rambo.detection.synthetic import SYNTHETIC_CLASSES, generate
 from rambo.detection.train import learning_rate_factor, train
 from rambo.detection.voc import VOC_CLASSES, VOCDetectionDataset, collate_detection, read_image_set
+from rambo.harness.checkpoint import load_checkpoint
 
 CONF = Path(rambo.detection.__file__).parent / "configs"
 EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
@@ -48,16 +48,39 @@ def compose_config(overrides):
 
 def one_iteration_overrides(data_root, output_dir):
     return [
-        "profile=tiny", "model.pretrained=false", "model.min_size=64", "model.max_size=64",
-        "data.max_test_images=1", f"output_dir={output_dir}", "wandb.mode=disabled", "progress=false", "threads=1",
+        "profile=tiny",
+        "model.pretrained=false",
+        "model.min_size=64",
+        "model.max_size=64",
+        "data.max_test_images=1",
+        f"output_dir={output_dir}",
+        "wandb.mode=disabled",
+        "progress=false",
+        "threads=1",
         f"data_dir={data_root}",
     ]
 
 
 def test_all_paper_rows_have_a_config():
-    expected = {f"table5_{b}_{d}_{l}" for b, d in [("r50", "voc07"), ("r50", "voc0712"), ("r101", "voc0712"), ("x101", "voc0712")] for l in ("ce", "rambo")}
-    expected |= {"table8_ce", "table8_lam0p5_nomargin", "table8_lam0p1_margin", "table8_lam0p5_margin", "table8_lam2p5_margin"}
-    expected |= {"mini_ce", "mini_rambo", "mini_table8_lam0p5_nomargin", "mini_table8_lam0p1_margin", "mini_table8_lam2p5_margin"}
+    expected = {
+        f"table5_{b}_{d}_{loss}"
+        for b, d in [("r50", "voc07"), ("r50", "voc0712"), ("r101", "voc0712"), ("x101", "voc0712")]
+        for loss in ("ce", "rambo")
+    }
+    expected |= {
+        "table8_ce",
+        "table8_lam0p5_nomargin",
+        "table8_lam0p1_margin",
+        "table8_lam0p5_margin",
+        "table8_lam2p5_margin",
+    }
+    expected |= {
+        "mini_ce",
+        "mini_rambo",
+        "mini_table8_lam0p5_nomargin",
+        "mini_table8_lam0p1_margin",
+        "mini_table8_lam2p5_margin",
+    }
     assert expected <= set(EXPERIMENTS)
     paper = compose_config(["experiment=table8_lam2p5_margin"])
     assert (paper.schedule.epochs, paper.schedule.batch_size, list(paper.schedule.steps)) == (12, 8, [9])
@@ -77,16 +100,21 @@ def test_every_option_of_every_group_composes(group, option):
 
 @pytest.mark.parametrize("experiment", [None, *EXPERIMENTS])
 def test_every_config_runs_one_iteration(experiment, data_root, tmp_path):
-    overrides = one_iteration_overrides(data_root, tmp_path / "run") + ["init_checkpoint=null"]  # warm starts: tested below
+    overrides = one_iteration_overrides(data_root, tmp_path / "run") + [
+        "init_checkpoint=null"
+    ]  # warm starts: tested below
     if experiment is not None:
         overrides.insert(0, f"experiment={experiment}")
     metrics = train(compose_config(overrides))
     assert metrics["epochs"] == 1 and len(metrics["history"]) == 1
     written = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert written["AP50"] == written["map50"] and set(written["ap50_per_class"]) == set(
-        VOC_CLASSES if written["experiment"].startswith("table") else SYNTHETIC_CLASSES)
+        VOC_CLASSES if written["experiment"].startswith("table") else SYNTHETIC_CLASSES
+    )
     curve = json.loads((tmp_path / "run" / "curve.json").read_text())
-    assert curve[0]["epoch"] == 1 and curve[0]["loss"] == pytest.approx(sum(v for k, v in curve[0].items() if k.startswith("loss_")))
+    assert curve[0]["epoch"] == 1 and curve[0]["loss"] == pytest.approx(
+        sum(v for k, v in curve[0].items() if k.startswith("loss_"))
+    )
     assert (tmp_path / "run" / "checkpoint.pt").is_file()
 
 
@@ -94,12 +122,21 @@ def test_learning_rate_schedule_is_the_papers_shape():
     schedule = OmegaConf.create({"steps": [9], "warmup_iterations": 500, "warmup_ratio": 1 / 3})
     assert learning_rate_factor(0, 100, schedule) == pytest.approx(1 / 3)
     assert learning_rate_factor(250, 100, schedule) == pytest.approx(1 / 3 + 2 / 3 * 0.5)
-    assert learning_rate_factor(899, 100, schedule) == 1.0 and learning_rate_factor(900, 100, schedule) == pytest.approx(0.1)
+    assert learning_rate_factor(899, 100, schedule) == 1.0 and learning_rate_factor(
+        900, 100, schedule
+    ) == pytest.approx(0.1)
 
 
 def test_resume_continues_to_the_same_result(data_root, tmp_path):
-    base = ["experiment=tiny_rambo", "schedule.max_iterations_per_epoch=2", "schedule.steps=[1]", "wandb.mode=disabled",
-            "progress=false", "threads=1", f"data.root={data_root / 'synthetic'}"]
+    base = [
+        "experiment=tiny_rambo",
+        "schedule.max_iterations_per_epoch=2",
+        "schedule.steps=[1]",
+        "wandb.mode=disabled",
+        "progress=false",
+        "threads=1",
+        f"data.root={data_root / 'synthetic'}",
+    ]
     straight = train(compose_config(base + ["schedule.epochs=2", f"output_dir={tmp_path / 'straight'}"]))
     train(compose_config(base + ["schedule.epochs=2", "max_epochs_this_run=1", f"output_dir={tmp_path / 'resumed'}"]))
     resumed = train(compose_config(base + ["schedule.epochs=2", "resume=true", f"output_dir={tmp_path / 'resumed'}"]))
@@ -114,8 +151,14 @@ def test_resume_continues_to_the_same_result(data_root, tmp_path):
     assert set(a["rng"]) >= {"python", "numpy", "torch"}  # every generator, not only torch's CPU one
     assert resumed["history"] == straight["history"] and resumed["map50"] == straight["map50"]
     with pytest.raises(ValueError, match=r"different configuration \(loss.lam: 0.5 -> 2.5"):
-        train(compose_config(base + ["schedule.epochs=2", "resume=true", "loss.lam=2.5", f"output_dir={tmp_path / 'resumed'}"]))
-    with pytest.raises(ValueError, match=r"schedule.epochs: 2 -> 3"):  # the same policy as retrieval: epochs are the run's
+        train(
+            compose_config(
+                base + ["schedule.epochs=2", "resume=true", "loss.lam=2.5", f"output_dir={tmp_path / 'resumed'}"]
+            )
+        )
+    with pytest.raises(
+        ValueError, match=r"schedule.epochs: 2 -> 3"
+    ):  # the same policy as retrieval: epochs are the run's
         train(compose_config(base + ["schedule.epochs=3", "resume=true", f"output_dir={tmp_path / 'resumed'}"]))
     # a finished run resumed after its outputs were deleted (a DVC rerun) writes them again
     (tmp_path / "resumed" / "metrics.json").unlink()
@@ -124,7 +167,11 @@ def test_resume_continues_to_the_same_result(data_root, tmp_path):
     assert again["history"] == resumed["history"] and again["map50"] == resumed["map50"]
     assert json.loads((tmp_path / "resumed" / "curve.json").read_text()) == resumed["history"]
     # resume=auto (the pipeline's) sets such a checkpoint aside and starts over instead of failing
-    restarted = train(compose_config(base + ["schedule.epochs=1", "resume=auto", "loss.lam=2.5", f"output_dir={tmp_path / 'resumed'}"]))
+    restarted = train(
+        compose_config(
+            base + ["schedule.epochs=1", "resume=auto", "loss.lam=2.5", f"output_dir={tmp_path / 'resumed'}"]
+        )
+    )
     assert (tmp_path / "resumed" / "checkpoint.pt.stale").is_file()
     assert len(restarted["history"]) == 1
 
@@ -143,7 +190,9 @@ def rank_loss_training_run(folder: Path, steps: int, seed: int = 0):
     optimizer = torch.optim.SGD(detector.parameters(), lr=0.02, momentum=0.9)
 
     def mean_ap() -> float:
-        return evaluate_voc(*collect_detections(detector, images_set, torch.device("cpu")), len(SYNTHETIC_CLASSES))["map"]
+        return evaluate_voc(*collect_detections(detector, images_set, torch.device("cpu")), len(SYNTHETIC_CLASSES))[
+            "map"
+        ]
 
     map_before, classifier_losses = mean_ap(), []
     for _ in range(steps):
@@ -186,7 +235,9 @@ def test_prepare_generates_synthetic_and_downloads_voc_where_the_runs_read(tmp_p
     [root] = prepare_module.prepare(tmp_path, ["synthetic"], ["data.generate.trainval=3", "data.generate.test=1"])
     assert root == tmp_path / "synthetic" and len(read_image_set(root, "trainval")) == 3
     fetched = []
-    monkeypatch.setattr(prepare_module, "fetch", lambda root, names, **source: fetched.append((Path(root), tuple(names), source)))
+    monkeypatch.setattr(
+        prepare_module, "fetch", lambda root, names, **source: fetched.append((Path(root), tuple(names), source))
+    )
     source = prepare_module.data_stage.Source(mirror="m", archive_dir=tmp_path / "archives")
     assert prepare_module.prepare(tmp_path, ["voc0712"], source=source) == [tmp_path / "voc"]
     voc0712 = ("voc2007-trainval", "voc2007-test", "voc2012-trainval")
@@ -199,11 +250,19 @@ def test_a_warm_started_run_begins_from_the_warm_start_weights(tmp_path, data_ro
     """mini's rows start from the CE warm start of their seed; its MD5 joins the run identity."""
     from rambo.detection.warm_start import load_initial_weights
 
-    base = ["schedule.max_iterations_per_epoch=1", "schedule.epochs=1", "wandb.mode=disabled", "progress=false",
-            "threads=1", f"data.root={data_root / 'synthetic'}"]  # fmt: skip
+    base = [
+        "schedule.max_iterations_per_epoch=1",
+        "schedule.epochs=1",
+        "wandb.mode=disabled",
+        "progress=false",
+        "threads=1",
+        f"data.root={data_root / 'synthetic'}",
+    ]
     warm = tmp_path / "warm" / "checkpoint.pt"
     train(compose_config(["experiment=tiny_ce", *base, f"output_dir={tmp_path / 'warm'}"]))
-    rambo_cfg = compose_config(["experiment=tiny_rambo", *base, f"output_dir={tmp_path / 'row'}", f"init_checkpoint={warm}"])
+    rambo_cfg = compose_config(
+        ["experiment=tiny_rambo", *base, f"output_dir={tmp_path / 'row'}", f"init_checkpoint={warm}"]
+    )
     model = build_detector(rambo_cfg.model, rambo_cfg.loss, len(SYNTHETIC_CLASSES))
     md5 = load_initial_weights(model, warm)
     saved = load_checkpoint(warm)["state"]["model"]
@@ -232,10 +291,16 @@ def test_the_gpu_engine_sums_losses_on_the_device_and_reads_them_once(data_root,
     """Issue 23: with the device path forced on the CPU the epoch's losses are those of the per-step path."""
     from rambo.detection import engine
 
-    overrides = one_iteration_overrides(data_root, tmp_path / "host") + ["init_checkpoint=null", "experiment=tiny_rambo"]
+    overrides = one_iteration_overrides(data_root, tmp_path / "host") + [
+        "init_checkpoint=null",
+        "experiment=tiny_rambo",
+    ]
     train(compose_config(overrides))
     monkeypatch.setattr(engine, "reads_every_step", lambda device: False)
-    overrides = one_iteration_overrides(data_root, tmp_path / "device") + ["init_checkpoint=null", "experiment=tiny_rambo"]
+    overrides = one_iteration_overrides(data_root, tmp_path / "device") + [
+        "init_checkpoint=null",
+        "experiment=tiny_rambo",
+    ]
     train(compose_config(overrides))
     host, device = (json.loads((tmp_path / run / "curve.json").read_text())[0] for run in ("host", "device"))
     assert {k for k in host if k.startswith("loss")} == {k for k in device if k.startswith("loss")}
@@ -255,10 +320,16 @@ def spied_detection_run(cfg, monkeypatch):
         detector = build_detector(model, loss, num_classes)
         heads = detector.roi_heads
         heads.classifier_loss.register_forward_pre_hook(
-            lambda module, args: records["loss_inputs"].append((args[0].dtype, torch.is_autocast_enabled("cpu"))))
-        heads.box_predictor.cls_score.register_forward_hook(lambda module, args, out: records["layer_outputs"].append(out.dtype))
+            lambda module, args: records["loss_inputs"].append((args[0].dtype, torch.is_autocast_enabled("cpu")))
+        )
+        heads.box_predictor.cls_score.register_forward_hook(
+            lambda module, args, out: records["layer_outputs"].append(out.dtype)
+        )
         heads.register_forward_hook(
-            lambda module, args, out: records["scores"].extend(r["scores"].dtype for r in out[0]) if not module.training else None)
+            lambda module, args, out: (
+                records["scores"].extend(r["scores"].dtype for r in out[0]) if not module.training else None
+            )
+        )
         built.append(detector)
         return detector
 
@@ -272,7 +343,10 @@ def test_bfloat16_runs_the_detector_under_autocast_and_the_rank_loss_in_float32(
     default) has no autocast."""
     from rambo.detection.rank_classifier_loss import RankClassifierLoss
 
-    overrides = one_iteration_overrides(data_root, tmp_path / "bf16") + ["init_checkpoint=null", "experiment=tiny_rambo"]
+    overrides = one_iteration_overrides(data_root, tmp_path / "bf16") + [
+        "init_checkpoint=null",
+        "experiment=tiny_rambo",
+    ]
     metrics, records, detector = spied_detection_run(compose_config([*overrides, "precision=bfloat16"]), monkeypatch)
     assert isinstance(detector.roi_heads.classifier_loss, RankClassifierLoss)
     assert records["loss_inputs"] and set(records["loss_inputs"]) == {(torch.float32, False)}
@@ -280,7 +354,10 @@ def test_bfloat16_runs_the_detector_under_autocast_and_the_rank_loss_in_float32(
     assert records["scores"] and set(records["scores"]) == {torch.float32}
     curve = json.loads((tmp_path / "bf16" / "curve.json").read_text())[0]
     assert all(math.isfinite(curve[k]) for k in curve if k.startswith("loss")) and 0.0 <= metrics["map50"] <= 1.0
-    overrides = one_iteration_overrides(data_root, tmp_path / "fp32") + ["init_checkpoint=null", "experiment=tiny_rambo"]
+    overrides = one_iteration_overrides(data_root, tmp_path / "fp32") + [
+        "init_checkpoint=null",
+        "experiment=tiny_rambo",
+    ]
     _, records, _ = spied_detection_run(compose_config(overrides), monkeypatch)
     assert set(records["loss_inputs"]) == {(torch.float32, False)} and set(records["layer_outputs"]) == {torch.float32}
 
@@ -301,12 +378,20 @@ def test_channels_last_trains_to_the_losses_of_the_contiguous_layout(data_root, 
     10x that."""
     runs = {}
     for name, extra in (("contiguous", []), ("channels_last", ["channels_last=true"])):
-        overrides = one_iteration_overrides(data_root, tmp_path / name) + ["init_checkpoint=null", "experiment=tiny_rambo", *extra]
+        overrides = one_iteration_overrides(data_root, tmp_path / name) + [
+            "init_checkpoint=null",
+            "experiment=tiny_rambo",
+            *extra,
+        ]
         _, _, runs[name] = spied_detection_run(compose_config(overrides), monkeypatch)
     convs = [m for m in runs["channels_last"].modules() if isinstance(m, torch.nn.Conv2d) and m.kernel_size != (1, 1)]
-    assert convs and all(c.weight.is_contiguous(memory_format=torch.channels_last) and not c.weight.is_contiguous() for c in convs)
+    assert convs and all(
+        c.weight.is_contiguous(memory_format=torch.channels_last) and not c.weight.is_contiguous() for c in convs
+    )
     assert all(c.weight.is_contiguous() for c in runs["contiguous"].modules() if isinstance(c, torch.nn.Conv2d))
-    contiguous, channels_last = (json.loads((tmp_path / run / "curve.json").read_text())[0] for run in ("contiguous", "channels_last"))
+    contiguous, channels_last = (
+        json.loads((tmp_path / run / "curve.json").read_text())[0] for run in ("contiguous", "channels_last")
+    )
     assert contiguous.keys() == channels_last.keys()
     for key in (k for k in contiguous if k.startswith("loss")):
         assert channels_last[key] == pytest.approx(contiguous[key], rel=9e-6, abs=0), key

@@ -30,34 +30,48 @@ def test_horizontal_flip_mirrors_pixels_and_boxes():
 
 def test_epoch_batches_depend_on_seed_and_epoch_and_shard_over_processes():
     dataset = [(i, {"index": i}) for i in range(10)]  # (image, target) pairs, as the VOC dataset yields
-    cfg = OmegaConf.create({"seed": 3, "num_workers": 0, "schedule": {"batch_size": 4}, "data": {"batch_grouping": "none"}})
+    cfg = OmegaConf.create(
+        {"seed": 3, "num_workers": 0, "schedule": {"batch_size": 4}, "data": {"batch_grouping": "none"}}
+    )
 
     def batches(epoch, rank=0, processes=1):
         return [images for images, _ in epoch_loader(cfg, dataset, epoch, rank, processes)]
 
     assert batches(1) == batches(1) and batches(1) != batches(2)
-    assert sorted(i for batch in batches(2) for i in batch) == list(range(10)) and [len(b) for b in batches(2)] == [4, 4, 2]
+    assert sorted(i for batch in batches(2) for i in batch) == list(range(10)) and [len(b) for b in batches(2)] == [
+        4,
+        4,
+        2,
+    ]
     # two processes: each takes its share of every global batch, together the one-process batch
     shards = [batches(2, rank, 2) for rank in (0, 1)]
     assert [a + b for a, b in zip(*shards)] == batches(2)
     # the one-process order is the one DataLoader(shuffle=True, generator=...) draws (the committed mini
     # tables' runs, from before data.batch_grouping's default became aspect_ratio)
-    reference = torch.utils.data.DataLoader(list(range(10)), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3 * 1000 + 1))
+    reference = torch.utils.data.DataLoader(
+        list(range(10)), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3 * 1000 + 1)
+    )
     assert [batch.tolist() for batch in reference] == batches(2)
-
 
 
 def test_max_iterations_per_epoch_cuts_the_epoch_to_its_first_batches():
     """The loader's length is the epoch's iterations (the engine takes one step per batch): the
     first ``schedule.max_iterations_per_epoch`` batches of the uncut epoch, the same draws."""
     dataset = [(i, {"index": i}) for i in range(10)]
-    cfg = OmegaConf.create({"seed": 3, "num_workers": 0, "schedule": {"batch_size": 2, "max_iterations_per_epoch": None},
-                            "data": {"batch_grouping": "none"}})  # fmt: skip
+    cfg = OmegaConf.create(
+        {
+            "seed": 3,
+            "num_workers": 0,
+            "schedule": {"batch_size": 2, "max_iterations_per_epoch": None},
+            "data": {"batch_grouping": "none"},
+        }
+    )
     whole = [images for images, _ in epoch_loader(cfg, dataset, 2, 0, 1)]
     cut = epoch_loader(OmegaConf.merge(cfg, {"schedule": {"max_iterations_per_epoch": 3}}), dataset, 2, 0, 1)
     assert len(whole) == 5 and len(cut) == 3 and [images for images, _ in cut] == whole[:3]
     longer = epoch_loader(OmegaConf.merge(cfg, {"schedule": {"max_iterations_per_epoch": 9}}), dataset, 2, 0, 1)
     assert len(longer) == 5 and [images for images, _ in longer] == whole
+
 
 class _SizedImages(list):
     """(image, target) pairs that know their sizes, as VOCDetectionDataset (its annotations' <size>)."""
@@ -74,8 +88,21 @@ def _brute_force_groups(sizes):
     return [1 if w / h > 1 else 0 for w, h in sizes]  # mmdetection _set_group_flag
 
 
-SIZES = [(500, 375), (375, 500), (500, 333), (333, 500), (500, 500), (640, 480), (480, 640), (500, 281), (281, 500),
-         (500, 400), (353, 500), (500, 366), (600, 601)]  # 6 landscape, 7 not (square and portrait), VOC-like
+SIZES = [
+    (500, 375),
+    (375, 500),
+    (500, 333),
+    (333, 500),
+    (500, 500),
+    (640, 480),
+    (480, 640),
+    (500, 281),
+    (281, 500),
+    (500, 400),
+    (353, 500),
+    (500, 366),
+    (600, 601),
+]  # 6 landscape, 7 not (square and portrait), VOC-like
 
 
 @pytest.mark.parametrize("batch_size", [1, 2, 3, 4, 8])
@@ -112,7 +139,9 @@ def test_a_group_smaller_than_its_padding_repeats_cyclically():
 def test_grouped_epoch_batches_shard_over_processes_one_group_per_process_batch():
     dataset = _SizedImages(SIZES)
     groups = _brute_force_groups(SIZES)
-    cfg = OmegaConf.create({"seed": 3, "num_workers": 0, "schedule": {"batch_size": 4}, "data": {"batch_grouping": "aspect_ratio"}})
+    cfg = OmegaConf.create(
+        {"seed": 3, "num_workers": 0, "schedule": {"batch_size": 4}, "data": {"batch_grouping": "aspect_ratio"}}
+    )
 
     def batches(epoch, rank=0, processes=1):
         return [images for images, _ in epoch_loader(cfg, dataset, epoch, rank, processes)]
@@ -172,8 +201,15 @@ def _one_step(clip):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     batch = ([torch.zeros(3, 4, 4)], [{"boxes": torch.zeros(0, 4), "labels": torch.zeros(0, dtype=torch.int64)}])
-    train_one_epoch(model, [batch], optimizer, scheduler, torch.Generator().manual_seed(0), grad_clip_max_norm=clip,
-                    options=EngineOptions(device="cpu"))
+    train_one_epoch(
+        model,
+        [batch],
+        optimizer,
+        scheduler,
+        torch.Generator().manual_seed(0),
+        grad_clip_max_norm=clip,
+        options=EngineOptions(device="cpu"),
+    )
     return 1.0 - model.weight.detach()  # lr x the (clipped) gradient
 
 

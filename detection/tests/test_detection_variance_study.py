@@ -9,16 +9,29 @@ from rambo.detection.variance_study import designs, report
 
 
 def test_the_designs_vary_one_source_each_and_the_pipeline_both():
-    assert designs(3) == {"pipeline": [(0, 0), (1, 1), (2, 2)], "row_seed": [(0, 0), (1, 0), (2, 0)],
-                          "warm_start": [(0, 0), (0, 1), (0, 2)]}  # fmt: skip
+    assert designs(3) == {
+        "pipeline": [(0, 0), (1, 1), (2, 2)],
+        "row_seed": [(0, 0), (1, 0), (2, 0)],
+        "warm_start": [(0, 0), (0, 1), (0, 2)],
+    }
 
 
 def test_the_report_gives_standard_deviations_in_points_and_the_seeds_needed():
     maps = {}
     for s, w in {pair for pairs in designs(3).values() for pair in pairs}:
         base = 0.5 + 0.01 * s + 0.02 * w
-        maps[("a", s, w)] = {"mini_test": base + 0.01, "extra_test": base, "parts": [base, base + 0.01], "bootstrap": [base, base + 0.02]}
-        maps[("b", s, w)] = {"mini_test": base, "extra_test": base - 0.005 * s, "parts": [base, base], "bootstrap": [base, base]}
+        maps[("a", s, w)] = {
+            "mini_test": base + 0.01,
+            "extra_test": base,
+            "parts": [base, base + 0.01],
+            "bootstrap": [base, base + 0.02],
+        }
+        maps[("b", s, w)] = {
+            "mini_test": base,
+            "extra_test": base - 0.005 * s,
+            "parts": [base, base],
+            "bootstrap": [base, base],
+        }
     result = report(maps, ("a", "b"), 3)
     table = result["sd_points"]
     assert table["row_seed (extra_test)"]["a"] == pytest.approx(statistics.stdev([50, 51, 52]))

@@ -12,8 +12,10 @@ XML = """<annotation>
   <size><width>40</width><height>30</height><depth>3</depth></size>
   {objects}
 </annotation>"""
-OBJECT = ("<object><name>{name}</name><pose>Left</pose><truncated>0</truncated>{difficult}"
-          "<bndbox><xmin>{x1}</xmin><ymin>{y1}</ymin><xmax>{x2}</xmax><ymax>{y2}</ymax></bndbox></object>")
+OBJECT = (
+    "<object><name>{name}</name><pose>Left</pose><truncated>0</truncated>{difficult}"
+    "<bndbox><xmin>{x1}</xmin><ymin>{y1}</ymin><xmax>{x2}</xmax><ymax>{y2}</ymax></bndbox></object>"
+)
 
 
 def write_voc(root: Path, images: dict[str, list[tuple]], image_set: str = "trainval") -> Path:
@@ -32,7 +34,9 @@ def write_voc(root: Path, images: dict[str, list[tuple]], image_set: str = "trai
 
 
 def test_parse_annotation_keeps_difficult_and_converts_to_corners(tmp_path):
-    root = write_voc(tmp_path, {"000005": [("cat", 1, 2, 10, 20, 0), ("dog", 5, 5, 7, 9, 1), ("cat", 3, 3, 3, 3, None)]})
+    root = write_voc(
+        tmp_path, {"000005": [("cat", 1, 2, 10, 20, 0), ("dog", 5, 5, 7, 9, 1), ("cat", 3, 3, 3, 3, None)]}
+    )
     annotation = parse_annotation(root / "Annotations" / "000005.xml")
     assert annotation.image_id == "000005" and annotation.filename == "000005.jpg"
     assert (annotation.width, annotation.height) == (40, 30)
@@ -59,7 +63,9 @@ def test_read_image_set_missing_file_is_a_clear_error(tmp_path):
 
 def test_dataset_drops_difficult_in_training_only(tmp_path):
     classes = ("cat", "dog")
-    root = write_voc(tmp_path, {"a": [("cat", 1, 2, 10, 20, 0), ("dog", 5, 5, 7, 9, 1)], "b": [("dog", 2, 2, 30, 25, 0)]})
+    root = write_voc(
+        tmp_path, {"a": [("cat", 1, 2, 10, 20, 0), ("dog", 5, 5, 7, 9, 1)], "b": [("dog", 2, 2, 30, 25, 0)]}
+    )
     train = VOCDetectionDataset(root, "trainval", classes, train=True)
     test = VOCDetectionDataset([root], "trainval", classes, train=False)
     image, target = train[0]
@@ -88,6 +94,9 @@ def test_a_data_root_one_level_too_deep_is_named(tmp_path, given):
     """``data.root=.../VOCdevkit/VOC2007`` (or ``.../VOCdevkit``): the config appends VOCdevkit/VOC2007 to it."""
     year = write_voc(tmp_path / "VOCdevkit" / "VOC2007", {"1": [("cat", 1, 2, 5, 20, 0)]})
     root = year if given == "VOC2007" else year.parent
-    with pytest.raises(ValueError, match=rf"{root} looks like a VOC folder itself: data.root is the folder that holds VOCdevkit/VOC2007"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{root} looks like a VOC folder itself: data.root is the folder that holds VOCdevkit/VOC2007",
+    ):
         read_image_set(root / "VOCdevkit" / "VOC2007", "trainval")
     assert read_image_set(tmp_path / "VOCdevkit" / "VOC2007", "trainval") == ["1"]

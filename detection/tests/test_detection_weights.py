@@ -28,7 +28,10 @@ def test_the_paper_rows_need_the_three_files_and_the_stage_names_every_missing_o
     files = STAGE.weights_files(rows, [])
     assert {f.backbone: f.url for f in files} == OFFICIAL
     assert {f.backbone: len(f.rows) for f in files} == {"resnet50": 7, "resnet101": 2, "resnext101_32x4d": 2}
-    assert main(["--data-dir", str(tmp_path / "data"), "--rows-from", str(PROFILES / "paper.yaml"), "--data", "voc07"]) == 1
+    assert (
+        main(["--data-dir", str(tmp_path / "data"), "--rows-from", str(PROFILES / "paper.yaml"), "--data", "voc07"])
+        == 1
+    )
     err = capsys.readouterr().err
     assert err.startswith("error: 3 pretrained weights file(s) missing")
     for url in OFFICIAL.values():

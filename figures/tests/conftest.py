@@ -21,7 +21,9 @@ def run_figure(tmp_path):
         out = tmp_path / "out"
         completed = subprocess.run(
             [sys.executable, "-m", f"rambo.figures.{module}", "--out", str(out), *args],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
             env={**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"},
         )
         assert completed.returncode == 0, completed.stderr

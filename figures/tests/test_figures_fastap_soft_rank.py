@@ -1,14 +1,14 @@
 import pytest
 import torch
-from rambo.core import exact_rank
 
+from rambo.core import exact_rank
 from rambo.figures.fastap_soft_rank import bin_weights, fastap_soft_rank
 
 
 def brute_force_soft_rank(scores, bins, lo, hi):
     """The definition, loop by loop: 1 + sum_l k_il sum_{j != i} sum_{l' < l} k_jl'."""
     delta = (hi - lo) / bins
-    centres = [hi - l * delta for l in range(bins + 1)]
+    centres = [hi - l * delta for l in range(bins + 1)]  # noqa: E741 (the paper's bin index l)
 
     def kernel(s, z):
         return max(0.0, 1 - abs(min(max(s, lo), hi) - z) / delta)
@@ -17,7 +17,7 @@ def brute_force_soft_rank(scores, bins, lo, hi):
     ranks = []
     for i in range(n):
         total = 1.0
-        for l in range(bins + 1):
+        for l in range(bins + 1):  # noqa: E741 (the paper's bin index l)
             for j in range(n):
                 if j != i:
                     for better in range(l):
@@ -30,7 +30,8 @@ def test_soft_rank_matches_the_definition():
     scores = torch.tensor([0.31, -0.7, 0.95, 0.3, 1.4, -0.05, 0.3], dtype=torch.float64)  # a tie, one clamped
     for bins in (1, 3, 10):
         assert fastap_soft_rank(scores, bins, (-1.0, 1.0)).tolist() == pytest.approx(
-            brute_force_soft_rank(scores.tolist(), bins, -1.0, 1.0), abs=1e-12)
+            brute_force_soft_rank(scores.tolist(), bins, -1.0, 1.0), abs=1e-12
+        )
 
 
 def test_soft_rank_works_on_batches():

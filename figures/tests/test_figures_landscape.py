@@ -3,8 +3,8 @@ import json
 
 import pytest
 import torch
-from rambo.core import exact_rank, rank
 
+from rambo.core import exact_rank, rank
 from rambo.figures.blackbox_interpolation import blackbox_interpolation, min_over_permutations
 from rambo.figures.landscape_plot import flat_fraction
 from rambo.figures.loss_section import LossSection
@@ -18,7 +18,9 @@ def brute_force_min_over_permutations(values):
 def test_min_over_permutations_is_the_brute_force_minimum():
     for _ in range(5):
         values = torch.randn(6, dtype=torch.float64)
-        assert float(min_over_permutations(values)) == pytest.approx(brute_force_min_over_permutations(values), abs=1e-12)
+        assert float(min_over_permutations(values)) == pytest.approx(
+            brute_force_min_over_permutations(values), abs=1e-12
+        )
     tied = torch.tensor([0.5, 0.5, -1.0, 2.0, 0.5], dtype=torch.float64)
     assert float(min_over_permutations(tied)) == pytest.approx(brute_force_min_over_permutations(tied), abs=1e-12)
 
@@ -43,8 +45,9 @@ def test_finite_difference_gradient_of_interpolation_equals_rank_backward(lam):
         if not _away_from_kinks(w, w + lam * n * weights, eps):
             continue
         steps = torch.eye(n, dtype=torch.float64) * eps
-        finite_difference = (blackbox_interpolation(w + steps, weights, lam)
-                             - blackbox_interpolation(w - steps, weights, lam)) / (2 * eps)
+        finite_difference = (
+            blackbox_interpolation(w + steps, weights, lam) - blackbox_interpolation(w - steps, weights, lam)
+        ) / (2 * eps)
         leaf = w.clone().requires_grad_(True)
         (rank(leaf, lam) * weights).sum().backward()
         assert torch.allclose(finite_difference, leaf.grad, atol=1e-6), (finite_difference, leaf.grad)

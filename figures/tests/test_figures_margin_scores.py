@@ -19,10 +19,12 @@ def test_positive_above_negative_matches_pair_count():
     positives = torch.tensor([0.3, 0.5, 0.5, 0.9], dtype=torch.float64)
     negatives = torch.tensor([0.1, 0.5, 0.7, 0.2, 0.5], dtype=torch.float64)
     assert positive_above_negative(positives, negatives) == pytest.approx(
-        brute_force_positive_above_negative(positives, negatives), abs=1e-12)
+        brute_force_positive_above_negative(positives, negatives), abs=1e-12
+    )
     positives, negatives = torch.randn(37, dtype=torch.float64) + 1, torch.randn(53, dtype=torch.float64)
     assert positive_above_negative(positives, negatives) == pytest.approx(
-        brute_force_positive_above_negative(positives, negatives), abs=1e-12)
+        brute_force_positive_above_negative(positives, negatives), abs=1e-12
+    )
 
 
 def test_load_pair_scores_reads_npz_and_pt_and_rejects_bad_files(tmp_path):
@@ -57,8 +59,17 @@ def test_fig3_script_summarises_both_runs(run_figure, tmp_path, assert_figure_wr
     # Without margin: positives and negatives crowd together; with margin: separated (paper Fig. 3).
     flat, flat_relevant = _synthetic_dump(tmp_path / "no_margin.npz", separation=0.1, spread=0.05, seed=0)
     _synthetic_dump(tmp_path / "margin.npz", separation=0.6, spread=0.2, seed=1)
-    out = run_figure("fig3_margin_scores", "--without-margin", str(tmp_path / "no_margin.npz"),
-                     "--with-margin", str(tmp_path / "margin.npz"), "--margin", "0.05", "--bins", "20")
+    out = run_figure(
+        "fig3_margin_scores",
+        "--without-margin",
+        str(tmp_path / "no_margin.npz"),
+        "--with-margin",
+        str(tmp_path / "margin.npz"),
+        "--margin",
+        "0.05",
+        "--bins",
+        "20",
+    )
     assert_figure_written(out, "fig3_margin_scores")
     numbers = json.loads((out / "fig3_margin_scores.json").read_text())
     without, with_margin = numbers["without margin"], numbers["with margin $\\alpha$ = 0.05"]
@@ -69,7 +80,14 @@ def test_fig3_script_summarises_both_runs(run_figure, tmp_path, assert_figure_wr
 
 def test_fig3_subsamples_large_dumps(run_figure, tmp_path):
     _synthetic_dump(tmp_path / "a.npz", separation=0.3, spread=0.1, seed=2)
-    out = run_figure("fig3_margin_scores", "--without-margin", str(tmp_path / "a.npz"),
-                     "--with-margin", str(tmp_path / "a.npz"), "--max-pairs", "50")
+    out = run_figure(
+        "fig3_margin_scores",
+        "--without-margin",
+        str(tmp_path / "a.npz"),
+        "--with-margin",
+        str(tmp_path / "a.npz"),
+        "--max-pairs",
+        "50",
+    )
     numbers = json.loads((out / "fig3_margin_scores.json").read_text())
     assert numbers["without margin"]["positives"] == numbers["without margin"]["negatives"] == 50

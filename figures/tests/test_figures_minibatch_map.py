@@ -3,8 +3,12 @@ import json
 import pytest
 import torch
 
-from rambo.figures.minibatch_map import (MeanAveragePrecision, batch_stream, minibatch_map_estimates,
-                                         synthetic_class_scores)
+from rambo.figures.minibatch_map import (
+    MeanAveragePrecision,
+    batch_stream,
+    minibatch_map_estimates,
+    synthetic_class_scores,
+)
 
 
 def brute_force_map(scores, relevant):
@@ -35,7 +39,9 @@ def test_synthetic_scores_have_one_class_per_item():
 def test_mean_average_precision_matches_the_definition():
     scores, relevant = synthetic_class_scores(items=30, classes=5, signal=1.0, seed=1)
     scores[0, 3] = scores[0, 7]  # a tie, broken by position
-    assert float(MeanAveragePrecision()(scores, relevant)) == pytest.approx(brute_force_map(scores, relevant), abs=1e-12)
+    assert float(MeanAveragePrecision()(scores, relevant)) == pytest.approx(
+        brute_force_map(scores, relevant), abs=1e-12
+    )
 
 
 def test_batch_stream_draws_permutations_epoch_by_epoch():
@@ -54,15 +60,29 @@ def test_estimate_with_memory_is_the_map_of_the_last_tau_plus_one_batches(tau):
     batches = [next(stream) for _ in range(tau + 4)]
     expected = []
     for k in range(tau, tau + 4):
-        columns = torch.cat(batches[k - tau:k + 1])  # column order only matters for ties; these scores have none
+        columns = torch.cat(batches[k - tau : k + 1])  # column order only matters for ties; these scores have none
         expected.append(brute_force_map(scores[:, columns], relevant[:, columns]))
     assert estimates.tolist() == pytest.approx(expected, abs=1e-12)
 
 
 @pytest.mark.outcome
 def test_fig2_estimate_is_optimistic_for_small_batches_and_memory_reduces_the_bias(run_figure, assert_figure_written):
-    out = run_figure("fig2_minibatch_map", "--items", "400", "--classes", "5", "--batch-sizes", "4", "16", "64", "256",
-                     "--batches", "60", "--tau", "3")
+    out = run_figure(
+        "fig2_minibatch_map",
+        "--items",
+        "400",
+        "--classes",
+        "5",
+        "--batch-sizes",
+        "4",
+        "16",
+        "64",
+        "256",
+        "--batches",
+        "60",
+        "--tau",
+        "3",
+    )
     assert_figure_written(out, "fig2_minibatch_map")
     numbers = json.loads((out / "fig2_minibatch_map.json").read_text())
     true_map = numbers["true_map"]

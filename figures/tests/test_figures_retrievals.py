@@ -12,7 +12,7 @@ def test_with_border_frames_the_image_in_the_colour():
     image = np.full((4, 6, 3), 7, dtype=np.uint8)
     framed = with_border(image, NEGATIVE, 2)
     assert framed.shape == (8, 10, 3)
-    expected = [int(NEGATIVE[i:i + 2], 16) for i in (1, 3, 5)]
+    expected = [int(NEGATIVE[i : i + 2], 16) for i in (1, 3, 5)]
     for y, x in [(0, 0), (1, 5), (7, 9), (4, 0), (4, 9)]:
         assert framed[y, x].tolist() == expected
     assert (framed[2:6, 2:8] == 7).all()
@@ -38,8 +38,17 @@ def test_fig4_script_from_paths(run_figure, tmp_path, assert_figure_written):
     paths = _tiny_images(tmp_path, 9)
     correct = np.array([[True, False, True, True], [False, False, True, False]])
     np.savez(tmp_path / "r.npz", query=paths[:2], results=paths[1:9].reshape(2, 4), correct=correct)
-    out = run_figure("fig4_retrievals", "--retrievals", str(tmp_path / "r.npz"), "--image-root", str(tmp_path),
-                     "--top-k", "3", "--size", "32")
+    out = run_figure(
+        "fig4_retrievals",
+        "--retrievals",
+        str(tmp_path / "r.npz"),
+        "--image-root",
+        str(tmp_path),
+        "--top-k",
+        "3",
+        "--size",
+        "32",
+    )
     assert_figure_written(out, "fig4_retrievals")
     numbers = json.loads((out / "fig4_retrievals.json").read_text())
     assert numbers["precision_per_query"] == pytest.approx([2 / 3, 1 / 3])
@@ -48,8 +57,12 @@ def test_fig4_script_from_paths(run_figure, tmp_path, assert_figure_written):
 
 def test_fig4_script_from_arrays(run_figure, tmp_path):
     rng = np.random.default_rng(1)
-    np.savez(tmp_path / "r.npz", query=rng.integers(0, 256, (3, 10, 10, 3), dtype=np.uint8),
-             results=rng.integers(0, 256, (3, 2, 8, 12, 3), dtype=np.uint8), correct=np.ones((3, 2), dtype=bool))
+    np.savez(
+        tmp_path / "r.npz",
+        query=rng.integers(0, 256, (3, 10, 10, 3), dtype=np.uint8),
+        results=rng.integers(0, 256, (3, 2, 8, 12, 3), dtype=np.uint8),
+        correct=np.ones((3, 2), dtype=bool),
+    )
     out = run_figure("fig4_retrievals", "--retrievals", str(tmp_path / "r.npz"), "--size", "24")
     assert json.loads((out / "fig4_retrievals.json").read_text())["precision"] == 1.0
 
@@ -58,7 +71,9 @@ def test_bad_retrieval_dumps_are_rejected(tmp_path):
     np.savez(tmp_path / "a.npz", query=np.array(["a"]), correct=np.ones((1, 2), bool))
     with pytest.raises(ValueError, match="results"):
         load_retrievals(tmp_path / "a.npz")
-    np.savez(tmp_path / "b.npz", query=np.array(["a", "b"]), results=np.array([["c", "d"]]), correct=np.ones((1, 2), bool))
+    np.savez(
+        tmp_path / "b.npz", query=np.array(["a", "b"]), results=np.array([["c", "d"]]), correct=np.ones((1, 2), bool)
+    )
     with pytest.raises(ValueError, match="disagree"):
         load_retrievals(tmp_path / "b.npz")
     with pytest.raises(ValueError, match="image-root"):

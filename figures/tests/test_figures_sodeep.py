@@ -2,8 +2,8 @@ import json
 
 import pytest
 import torch
-from rambo.core import exact_rank
 
+from rambo.core import exact_rank
 from rambo.figures.sodeep_sorter import SoDeepSorter, load_sorter, sorting_loss, synthetic_sequences
 
 
@@ -43,8 +43,21 @@ def test_load_sorter_explains_a_missing_checkpoint(tmp_path):
 
 @pytest.mark.outcome
 def test_training_lowers_the_loss_and_fig6_draws_all_surrogates(run_figure, tmp_path, assert_figure_written):
-    out = run_figure("train_sodeep", "--length", "20", "--steps", "40", "--batch", "32", "--hidden", "8",
-                     "--layers", "1", "--lr", "0.01")
+    out = run_figure(
+        "train_sodeep",
+        "--length",
+        "20",
+        "--steps",
+        "40",
+        "--batch",
+        "32",
+        "--hidden",
+        "8",
+        "--layers",
+        "1",
+        "--lr",
+        "0.01",
+    )
     record = json.loads((out / "sodeep_sorter.json").read_text())
     assert record["validation_loss_after"] < 0.8 * record["validation_loss_before"]
     assert sorted(p.name for p in out.iterdir()) == ["sodeep_sorter.json", "sodeep_sorter.pt"]  # no temp file left
@@ -62,8 +75,9 @@ def test_training_lowers_the_loss_and_fig6_draws_all_surrogates(run_figure, tmp_
 
 @pytest.mark.outcome
 def test_fig5_evolution_tends_to_the_true_loss(run_figure, assert_figure_written):
-    out = run_figure("fig5_landscape_evolution", "--lams", "0.001", "0.01", "0.1", "--bins", "3", "12", "48",
-                     "--resolution", "40")
+    out = run_figure(
+        "fig5_landscape_evolution", "--lams", "0.001", "0.01", "0.1", "--bins", "3", "12", "48", "--resolution", "40"
+    )
     assert_figure_written(out, "fig5_landscape_evolution")
     numbers = json.loads((out / "fig5_landscape_evolution.json").read_text())
     blackbox = [numbers["blackbox"][f"lam={lam}"]["mean_abs_difference_from_true"] for lam in ("0.001", "0.01", "0.1")]

@@ -1,8 +1,8 @@
 import json
 
 import pytest
-from rambo.core.benchmark import PAPER_TABLE_6
 
+from rambo.core.benchmark import PAPER_TABLE_6
 from rambo.figures.table6_speed import load_benchmark
 
 
@@ -12,10 +12,14 @@ def _bench(path, device, rows):
 
 
 def test_table6_plots_runs_beside_the_paper(run_figure, tmp_path, assert_figure_written):
-    cpu = _bench(tmp_path / "cpu.json", "cpu", [
-        {"n": 10**6, "device": "cpu", "ours_ms": 40.0, "reference_ms": 400.0, "sort_ms": 20.0},
-        {"n": 10**5, "device": "cpu", "ours_ms": 4.0, "reference_ms": 30.0, "sort_ms": 2.0},
-    ])
+    cpu = _bench(
+        tmp_path / "cpu.json",
+        "cpu",
+        [
+            {"n": 10**6, "device": "cpu", "ours_ms": 40.0, "reference_ms": 400.0, "sort_ms": 20.0},
+            {"n": 10**5, "device": "cpu", "ours_ms": 4.0, "reference_ms": 30.0, "sort_ms": 2.0},
+        ],
+    )
     gpu = _bench(tmp_path / "gpu.json", "H200", [{"n": 10**8, "device": "cuda", "ours_ms": 90.0, "sort_ms": 50.0}])
     out = run_figure("table6_speed", "--bench", str(cpu), str(gpu))
     assert_figure_written(out, "table6_speed")

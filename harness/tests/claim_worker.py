@@ -14,7 +14,13 @@ from pathlib import Path
 
 from rambo.harness.claim import FolderClaim, FolderClaimedError
 
-folder, run, start_at, hold, result = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), Path(sys.argv[5])
+folder, run, start_at, hold, result = (
+    sys.argv[1],
+    sys.argv[2],
+    float(sys.argv[3]),
+    float(sys.argv[4]),
+    Path(sys.argv[5]),
+)
 time.sleep(max(0.0, start_at - time.time()))
 claim = FolderClaim(folder, run)
 try:

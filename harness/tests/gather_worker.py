@@ -9,6 +9,7 @@ gradient its own rows received, for each split, and the message of the refused g
 import sys
 
 import torch
+
 from rambo.harness.distributed import detect_setup, gather_with_grad, init_process_group
 
 SPLITS = [(3, 5), (0, 4), (6, 0), (0, 0)]  # rows on rank 0, rank 1
@@ -17,7 +18,9 @@ SPLITS = [(3, 5), (0, 4), (6, 0), (0, 0)]  # rows on rank 0, rank 1
 def global_rows(split, dtype=torch.float64):
     """The global tensor of a split, ``[sum(split), 2, 3]``, and the weights of the backpropagated sum."""
     g = torch.Generator().manual_seed(sum(split) + 10 * split[0])
-    return torch.randn(sum(split), 2, 3, generator=g, dtype=dtype), torch.randn(sum(split), 2, 3, generator=g, dtype=dtype)
+    return torch.randn(sum(split), 2, 3, generator=g, dtype=dtype), torch.randn(
+        sum(split), 2, 3, generator=g, dtype=dtype
+    )
 
 
 def main(out):
@@ -34,8 +37,11 @@ def main(out):
         labels = torch.arange(sum(split))[start : start + split[setup.rank]]
         result["splits"].append({"gathered": gathered.detach(), "grad": mine.grad, "labels": gather_with_grad(labels)})
     refused = []
-    for mine in (torch.zeros(2, 3 + setup.rank), torch.zeros(2, 3, dtype=torch.float64 if setup.rank else torch.float32),
-                 torch.zeros(()) if setup.rank else torch.zeros(1)):  # fmt: skip
+    for mine in (
+        torch.zeros(2, 3 + setup.rank),
+        torch.zeros(2, 3, dtype=torch.float64 if setup.rank else torch.float32),
+        torch.zeros(()) if setup.rank else torch.zeros(1),
+    ):
         try:
             gather_with_grad(mine)
             refused.append(None)

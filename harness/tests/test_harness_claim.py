@@ -10,17 +10,28 @@ from pathlib import Path
 
 import pytest
 
-from rambo.harness.claim import CLAIM_NAME, FolderClaim, FolderClaimedError, claim_folders, holder_is_gone, holder_record
+from rambo.harness.claim import (
+    CLAIM_NAME,
+    FolderClaim,
+    FolderClaimedError,
+    claim_folders,
+    holder_is_gone,
+    holder_record,
+)
 
 WORKER = Path(__file__).with_name("claim_worker.py")
 
 
 def start_workers(folder, count, start_at, hold, tmp_path):
     return [
-        (subprocess.Popen([sys.executable, str(WORKER), str(folder), f"run{i}", str(start_at), str(hold), str(tmp_path / f"r{i}")]),
-         tmp_path / f"r{i}")
+        (
+            subprocess.Popen(
+                [sys.executable, str(WORKER), str(folder), f"run{i}", str(start_at), str(hold), str(tmp_path / f"r{i}")]
+            ),
+            tmp_path / f"r{i}",
+        )
         for i in range(count)
-    ]  # fmt: skip
+    ]
 
 
 def test_of_processes_started_together_exactly_one_claims_the_folder(tmp_path):
@@ -44,7 +55,7 @@ def test_of_processes_started_together_exactly_one_claims_the_folder(tmp_path):
 
 def test_a_claim_of_a_killed_process_is_recovered(tmp_path):
     folder = tmp_path / "run"
-    (process, result), = start_workers(folder, 1, 0.0, -1, tmp_path)
+    ((process, result),) = start_workers(folder, 1, 0.0, -1, tmp_path)
     assert process.wait(timeout=60) == 0 and result.read_text() == "claimed"
     assert json.loads((folder / CLAIM_NAME).read_text())["pid"] == process.pid  # left behind, as by a kill
     claim = FolderClaim(folder, "next").acquire()
@@ -57,9 +68,19 @@ def test_a_live_holder_refuses_and_keeps_its_claim(tmp_path):
     folder = tmp_path / "run"
     first = FolderClaim(folder, "experiment_a seed 0").acquire()
     recorded = (folder / CLAIM_NAME).read_text()
-    child = subprocess.run([sys.executable, "-c", (
-        "from rambo.harness.claim import FolderClaim; import sys\n"
-        f"FolderClaim({str(folder)!r}, 'experiment_a seed 1').acquire()")], capture_output=True, text=True, timeout=60)  # fmt: skip
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "from rambo.harness.claim import FolderClaim; import sys\n"
+                f"FolderClaim({str(folder)!r}, 'experiment_a seed 1').acquire()"
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert child.returncode != 0
     assert "FolderClaimedError" in child.stderr and str(folder) in child.stderr
     assert "'experiment_a seed 0'" in child.stderr and f"process {os.getpid()}" in child.stderr
@@ -82,7 +103,9 @@ def test_a_process_id_reused_by_another_process_does_not_hold_the_claim():
     holder = {**me, "pid": os.getppid(), "pid_start": "1"}  # a live pid, but not the process that claimed
     assert "another process" in holder_is_gone(holder, me)
     assert holder_is_gone(live_foreign_holder("r"), me) is None
-    assert holder_is_gone({**live_foreign_holder("r"), "pid_start": None}, me) is None  # no start time: a live pid holds it
+    assert (
+        holder_is_gone({**live_foreign_holder("r"), "pid_start": None}, me) is None
+    )  # no start time: a live pid holds it
 
 
 def test_this_process_takes_over_its_own_claim_of_an_earlier_run(tmp_path):

@@ -25,9 +25,25 @@ def test_each_dataset_is_prepared_where_the_runs_read_it(tmp_path, capsys):
         seen.append((name, data.root, data.size, source))
         return data.root
 
-    assert data_stage.DataStage("prog", "d", configs, ("a", "b"), prepare_one).main(
-                           ["--data-dir", "/d", "--data", "a", "b", "--no-verify", "--mirror", "/m", "--archives", "/k",
-                            "--", "data.size=5"]) == 0  # fmt: skip
+    assert (
+        data_stage.DataStage("prog", "d", configs, ("a", "b"), prepare_one).main(
+            [
+                "--data-dir",
+                "/d",
+                "--data",
+                "a",
+                "b",
+                "--no-verify",
+                "--mirror",
+                "/m",
+                "--archives",
+                "/k",
+                "--",
+                "data.size=5",
+            ]
+        )
+        == 0
+    )
     # --no-verify no longer turns pinned checksums off (issue 21): it is ignored, and says so.
     source = data_stage.Source(verify=True, mirror="/m", archive_dir=Path("/k"))
     assert seen == [("a", "/d/a", 5, source), ("b", "/d/b", 5, source)]
@@ -50,14 +66,17 @@ def app_with_rows(folder, weights: bytes = b"big weights"):
     """An app config tree with a model and an experiment group, and the official URL of backbone
     ``big``: its file name carries the SHA-256 prefix of ``weights``, as torchvision's names do."""
     configs = app_configs(folder)
-    (configs / "train.yaml").write_text("defaults:\n  - _self_\n  - data: a\n  - model: small\n  - experiment: null\n"
-                                        "data_dir: data\noutput_dir: x\n")  # fmt: skip
+    (configs / "train.yaml").write_text(
+        "defaults:\n  - _self_\n  - data: a\n  - model: small\n  - experiment: null\ndata_dir: data\noutput_dir: x\n"
+    )
     (configs / "model").mkdir()
     (configs / "model" / "small.yaml").write_text("backbone: small\npretrained: false\nweights_path: null\n")
     (configs / "model" / "big.yaml").write_text("backbone: big\npretrained: true\nweights_path: null\n")
     (configs / "experiment").mkdir()
     for row, model in (("row_small", "small"), ("row_big", "big"), ("row_big2", "big")):
-        (configs / "experiment" / f"{row}.yaml").write_text(f"# @package _global_\ndefaults:\n  - override /model: {model}\n")
+        (configs / "experiment" / f"{row}.yaml").write_text(
+            f"# @package _global_\ndefaults:\n  - override /model: {model}\n"
+        )
     url = f"https://example.org/models/big-{hashlib.sha256(weights).hexdigest()[:8]}.pth"
 
     def weights_url(backbone):
@@ -66,8 +85,15 @@ def app_with_rows(folder, weights: bytes = b"big weights"):
         return url
 
     seen = []
-    stage = data_stage.DataStage("prog", "d", configs, ("a",), lambda name, data, source: seen.append(name) or data.root,
-                                 task="app", weights_url=weights_url)  # fmt: skip
+    stage = data_stage.DataStage(
+        "prog",
+        "d",
+        configs,
+        ("a",),
+        lambda name, data, source: seen.append(name) or data.root,
+        task="app",
+        weights_url=weights_url,
+    )
     return stage, url, seen
 
 
@@ -111,8 +137,10 @@ def test_rows_come_from_a_pipeline_params_file(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "home"))
     stage, url, seen = app_with_rows(tmp_path / "configs")
     params = tmp_path / "params.yaml"
-    params.write_text("app:\n  experiments: [row_small]\n  ablations: [row_big]\n  warm_start:\n    experiments: [row_big2]\n"
-                      "other:\n  experiments: [elsewhere]\n")  # fmt: skip
+    params.write_text(
+        "app:\n  experiments: [row_small]\n  ablations: [row_big]\n  warm_start:\n    experiments: [row_big2]\n"
+        "other:\n  experiments: [elsewhere]\n"
+    )
     assert data_stage.rows_of_params(params, "app") == ["row_small", "row_big", "row_big2"]
     assert stage.main(["--data-dir", "/d", "--rows-from", str(params), "--data", "a"]) == 1
     assert "big (rows row_big, row_big2)" in capsys.readouterr().err

@@ -6,7 +6,6 @@ import http.client
 import io
 import os
 import shutil
-import socket
 import stat
 import tarfile
 import urllib.error
@@ -124,7 +123,7 @@ def test_a_file_put_there_by_hand_is_verified_not_replaced(tmp_path, urlopen_fai
         urllib.error.URLError("[Errno -3] Temporary failure in name resolution"),
         urllib.error.URLError(ConnectionRefusedError(111, "Connection refused")),
         urllib.error.HTTPError("https://example.invalid/a.tar", 503, "Service Unavailable", {}, None),
-        socket.timeout("timed out"),
+        TimeoutError("timed out"),
         ConnectionRefusedError(111, "Connection refused"),
         http.client.RemoteDisconnected("Remote end closed connection without response"),
         ValueError("unknown url type: 'htps'"),
@@ -231,7 +230,9 @@ def test_ensure_dataset_downloads_extracts_and_keeps_the_archive(tmp_path, monke
     data = tar_bytes(CUB)
     source = served(tmp_path, "CUB.tgz", data)
     root = tmp_path / "data"
-    assert ensure_dataset(root, [cub_spec((source.as_uri(),), md5(data))], show_progress=False) == [root / "CUB/images.txt"]
+    assert ensure_dataset(root, [cub_spec((source.as_uri(),), md5(data))], show_progress=False) == [
+        root / "CUB/images.txt"
+    ]
     assert listing(root) == ["CUB", "CUB.tgz", "CUB/images", "CUB/images.txt", "CUB/images/a.jpg"]
     # Second call: in place, so neither fetched nor extracted (nor checksummed) again.
     monkeypatch.setattr(download_module, "extract", lambda *a: pytest.fail("extracted again"))
@@ -273,7 +274,10 @@ def test_unpinned_files_are_used_with_a_warning_and_their_md5(tmp_path, capsys):
     ensure_dataset(root, [cub_spec((source.as_uri(),), None)], show_progress=False, homepage="https://example.org/cub")
     assert (root / "CUB/images.txt").exists()
     err = capsys.readouterr().err
-    assert "warning: CUB.tgz have no published checksum: they are used unverified" in err and "https://example.org/cub" in err
+    assert (
+        "warning: CUB.tgz have no published checksum: they are used unverified" in err
+        and "https://example.org/cub" in err
+    )
     assert f"CUB.tgz: MD5 {md5(data)} (not verified)" in err
     # A copy put there by hand is used as well, and its MD5 printed.
     (root / "CUB").rename(tmp_path / "moved")
@@ -292,10 +296,19 @@ def test_dataset_files_are_found_in_their_official_layouts(tmp_path, capsys):
     with zipfile.ZipFile(zipped, "w") as archive:
         archive.writestr("img/a.jpg", b"jpeg")
     files = [
-        DatasetFile("list.txt", ("https://example.invalid/list.txt",), None, False, "list.txt", found_at=("Eval/list.txt",)),
-        DatasetFile("img.zip", ("https://example.invalid/img.zip",), md5(zipped.read_bytes()), True, "img",
-                    found_at=("Img/img",), archive_at=("Img/img.zip",)),
-    ]  # fmt: skip
+        DatasetFile(
+            "list.txt", ("https://example.invalid/list.txt",), None, False, "list.txt", found_at=("Eval/list.txt",)
+        ),
+        DatasetFile(
+            "img.zip",
+            ("https://example.invalid/img.zip",),
+            md5(zipped.read_bytes()),
+            True,
+            "img",
+            found_at=("Img/img",),
+            archive_at=("Img/img.zip",),
+        ),
+    ]
     assert ensure_dataset(root, files, show_progress=False) == [root / "Eval/list.txt", root / "Img/img"]
     assert (root / "Img/img/a.jpg").read_bytes() == b"jpeg" and not (root / "img").exists()
     assert f"found {root / 'Eval/list.txt'}" in capsys.readouterr().err
@@ -314,8 +327,11 @@ def test_an_encrypted_archive_is_refused_with_the_dataset_page(tmp_path):
     zipped.write_bytes(encrypted_zip({"img/a.jpg": b"jpeg"}))
     root = tmp_path / "data"
     spec = DatasetFile("img.zip", (zipped.as_uri(),), None, True, "img")
-    with pytest.raises(EncryptedArchiveError, match=r"password-protected \(1 encrypted members, e.g. 'img/a.jpg'\).*"
-                       r"The dataset page: https://example.org/inshop"):  # fmt: skip
+    with pytest.raises(
+        EncryptedArchiveError,
+        match=r"password-protected \(1 encrypted members, e.g. 'img/a.jpg'\).*"
+        r"The dataset page: https://example.org/inshop",
+    ):
         ensure_dataset(root, [spec], show_progress=False, homepage="https://example.org/inshop")
     assert not (root / "img").exists()
 
@@ -372,7 +388,10 @@ def test_archives_are_kept_in_their_own_folder_and_plain_files_go_to_the_data(tm
     archive = served(tmp_path, "CUB.tgz", data)
     listed = served(tmp_path, "list.txt", b"a b c\n")
     root, kept = tmp_path / "data", tmp_path / "archives"
-    files = [cub_spec((archive.as_uri(),), md5(data)), DatasetFile("list.txt", (listed.as_uri(),), md5(b"a b c\n"), False, "list.txt")]
+    files = [
+        cub_spec((archive.as_uri(),), md5(data)),
+        DatasetFile("list.txt", (listed.as_uri(),), md5(b"a b c\n"), False, "list.txt"),
+    ]
     ensure_dataset(root, files, show_progress=False, archive_dir=kept)
     assert listing(kept) == ["CUB.tgz"]
     assert listing(root) == ["CUB", "CUB/images", "CUB/images.txt", "CUB/images/a.jpg", "list.txt"]

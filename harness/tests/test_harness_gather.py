@@ -21,7 +21,15 @@ def _worker_module():
 
 
 def test_uneven_shares_gather_in_rank_order_with_the_gradient_of_each_share(tmp_path):
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(WORKER),
+        str(tmp_path),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     worker = _worker_module()

@@ -4,6 +4,7 @@ import math
 import statistics
 
 import pytest
+
 from rambo.harness.paired_interval import paired_interval, seeds_for_half_width, t_quantile, verdict
 
 

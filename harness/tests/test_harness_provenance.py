@@ -32,8 +32,9 @@ def test_the_commit_is_the_last_change_to_the_sources_of_the_checkout_that_track
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("a source tree without git (git_state is None there: the next test)")
     folders = [f for f in provenance.SOURCE_FOLDERS if (REPO / f).is_dir()]
-    last = subprocess.run(["git", "log", "-1", "--format=%H", "--", *folders], cwd=REPO, capture_output=True,
-                          text=True).stdout.strip()  # fmt: skip
+    last = subprocess.run(
+        ["git", "log", "-1", "--format=%H", "--", *folders], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
     from rambo.harness import run
 
     state = git_state(run.__file__)
@@ -52,8 +53,13 @@ def test_a_results_commit_on_top_leaves_the_recorded_commit_and_a_source_edit_ma
     code.write_text("x = 1\n")
 
     def git(*args):
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
-                              capture_output=True, text=True).stdout.strip()  # fmt: skip
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
 
     git("init", "-q")
     git("add", ".")
@@ -70,7 +76,14 @@ def test_a_results_commit_on_top_leaves_the_recorded_commit_and_a_source_edit_ma
 
 
 def test_launch_facts_name_the_launcher_and_the_processes(monkeypatch):
-    for name in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_NTASKS", "TORCHELASTIC_RUN_ID", "WORLD_SIZE"):
+    for name in (
+        "SLURM_JOB_ID",
+        "SLURM_ARRAY_JOB_ID",
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_NTASKS",
+        "TORCHELASTIC_RUN_ID",
+        "WORLD_SIZE",
+    ):
         monkeypatch.delenv(name, raising=False)
     assert provenance.launch_facts() == {"launcher": "local", "processes": 1}
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
@@ -82,10 +95,17 @@ def test_launch_facts_name_the_launcher_and_the_processes(monkeypatch):
     monkeypatch.setenv("SLURM_NTASKS", "2")
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "16")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
-    assert provenance.launch_facts() == {"launcher": "slurm", "processes": 2,
-                                         "slurm": {"job_id": "17", "array_job_id": "16", "array_task_id": "1"}}  # fmt: skip
-    facts = {"device": {"cpu": "Some CPU", "cpu_capability": "AVX2"}, "threads": 1, "libraries": {"torch": "2.14.1"},
-             "launch": {"launcher": "slurm", "processes": 2}}  # fmt: skip
+    assert provenance.launch_facts() == {
+        "launcher": "slurm",
+        "processes": 2,
+        "slurm": {"job_id": "17", "array_job_id": "16", "array_task_id": "1"},
+    }
+    facts = {
+        "device": {"cpu": "Some CPU", "cpu_capability": "AVX2"},
+        "threads": 1,
+        "libraries": {"torch": "2.14.1"},
+        "launch": {"launcher": "slurm", "processes": 2},
+    }
     assert machine_label(facts) == "Some CPU, CPU kernels AVX2, 1 thread, 2 processes, torch 2.14.1"
 
 
@@ -108,18 +128,30 @@ def test_a_copy_outside_git_or_untracked_in_a_checkout_has_no_commit(tmp_path):
 def test_machine_label_names_the_kernels_and_threads():
     facts = {"device": {"cpu": "Some CPU", "cpu_capability": "AVX2"}, "threads": 1, "libraries": {"torch": "2.14.1"}}
     assert machine_label(facts) == "Some CPU, CPU kernels AVX2, 1 thread, torch 2.14.1"
-    gpu = {"device": {"cpu": "Some CPU", "gpu": "NVIDIA H200", "cpu_capability": "AVX512"}, "threads": 8,
-           "libraries": {"torch": "2.14.1"}}  # fmt: skip
+    gpu = {
+        "device": {"cpu": "Some CPU", "gpu": "NVIDIA H200", "cpu_capability": "AVX512"},
+        "threads": 8,
+        "libraries": {"torch": "2.14.1"},
+    }
     assert machine_label(gpu) == "NVIDIA H200, CPU kernels AVX512, 8 threads, torch 2.14.1"
 
 
 def test_every_run_records_its_provenance_in_metrics_json(tmp_path):
-    cfg = OmegaConf.create({
-        "seed": 0, "experiment_name": "toy", "output_dir": str(tmp_path), "metrics_path": f"{tmp_path}/metrics.json",
-        "curve_path": f"{tmp_path}/curve.json", "checkpoint_path": f"{tmp_path}/checkpoint.pt", "resume": False,
-        "resume_may_change": ["resume", "wandb"], "max_epochs_this_run": None, "profile_name": "tiny",
-        "wandb": {"mode": "disabled", "project": "p"},
-    })  # fmt: skip
+    cfg = OmegaConf.create(
+        {
+            "seed": 0,
+            "experiment_name": "toy",
+            "output_dir": str(tmp_path),
+            "metrics_path": f"{tmp_path}/metrics.json",
+            "curve_path": f"{tmp_path}/curve.json",
+            "checkpoint_path": f"{tmp_path}/checkpoint.pt",
+            "resume": False,
+            "resume_may_change": ["resume", "wandb"],
+            "max_epochs_this_run": None,
+            "profile_name": "tiny",
+            "wandb": {"mode": "disabled", "project": "p"},
+        }
+    )
     model = torch.nn.Linear(2, 1)
     run = TrainingRun(cfg, {"model": model})
     for epoch in run.epochs(1):

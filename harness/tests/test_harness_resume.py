@@ -51,8 +51,18 @@ def test_a_key_at_its_declared_default_is_left_out_of_the_identity(tmp_path):
     config = {"seed": 0, "precision": "float32", "model": {"width": 4, "channels_last": False}}
     assert run_identity(config, (), defaults) == {"seed": 0, "model.width": 4}
     other = {**config, "precision": "bfloat16", "model": {"width": 4, "channels_last": True}}
-    assert run_identity(other, (), defaults) == {"seed": 0, "precision": "bfloat16", "model.width": 4, "model.channels_last": True}
-    assert run_identity(config, ()) == {"seed": 0, "precision": "float32", "model.width": 4, "model.channels_last": False}
+    assert run_identity(other, (), defaults) == {
+        "seed": 0,
+        "precision": "bfloat16",
+        "model.width": 4,
+        "model.channels_last": True,
+    }
+    assert run_identity(config, ()) == {
+        "seed": 0,
+        "precision": "float32",
+        "model.width": 4,
+        "model.channels_last": False,
+    }
     path = tmp_path / "checkpoint.pt"
     save_checkpoint({"identity": {"seed": 0, "model.width": 4}, "epoch": 1}, path)  # before the keys existed
     assert checkpoint_to_resume(path, True, run_identity(config, (), defaults))["epoch"] == 1
@@ -69,14 +79,21 @@ def test_a_moved_key_is_compared_under_its_new_name(tmp_path):
     old = {"seed": 0, "data": {"name": "sop", "margin": 0.02, "lam": 4.0}, "loss": {"name": "rambo_log"}}
     path = tmp_path / "checkpoint.pt"
     save_checkpoint({"identity": run_identity(old), "epoch": 1}, path)
-    assert load_checkpoint(path)["identity"] == {"seed": 0, "data.name": "sop", "data.margin": 0.02, "data.lam": 4.0,
-                                                "loss.name": "rambo_log"}  # fmt: skip
+    assert load_checkpoint(path)["identity"] == {
+        "seed": 0,
+        "data.name": "sop",
+        "data.margin": 0.02,
+        "data.lam": 4.0,
+        "loss.name": "rambo_log",
+    }
     new = {"seed": 0, "data": {"name": "sop"}, "loss": {"name": "rambo_log", "margin": 0.02, "lam": 4.0}}
     assert checkpoint_to_resume(path, True, run_identity(new), renames=RENAMES, config=new)["epoch"] == 1
     no_margin = {**new, "loss": {**new["loss"], "margin": 0.0}}
     with pytest.raises(ValueError, match=r"different configuration \(loss.margin: 0.02 -> 0.0\)"):
         checkpoint_to_resume(path, True, run_identity(no_margin), renames=RENAMES, config=no_margin)
-    with pytest.raises(RunExistsError, match="holds this run already"):  # a new run sees the same run under the new names
+    with pytest.raises(
+        RunExistsError, match="holds this run already"
+    ):  # a new run sees the same run under the new names
         checkpoint_to_resume(path, False, run_identity(new), renames=RENAMES, config=new)
     with pytest.raises(ValueError, match=r"data.lam: 4.0 -> None"):  # without the renames: another run
         checkpoint_to_resume(path, True, run_identity(new))

@@ -10,8 +10,10 @@ from rambo.harness.row_name import experiment_groups, row_name_problem
 @pytest.fixture
 def experiment(tmp_path):
     path = tmp_path / "sop_log.yaml"
-    path.write_text("# @package _global_\ndefaults:\n  - override /data: sop\n  - override /loss: rambo_recall_log\n"
-                    "experiment_name: sop_log\n")  # fmt: skip
+    path.write_text(
+        "# @package _global_\ndefaults:\n  - override /data: sop\n  - override /loss: rambo_recall_log\n"
+        "experiment_name: sop_log\n"
+    )
     return path
 
 
@@ -31,14 +33,19 @@ def test_a_loss_override_without_a_name_of_its_own_is_refused(experiment):
     # the row's own loss, parameters, data folders and scale-downs keep the row's name
     for overrides in (["loss=rambo_recall_log"], ["loss.tau=0", "data.root=/mine"], ["data=tiny", "model=tiny"]):
         assert row_name_problem("sop_log", experiment, ["experiment=sop_log", *overrides], "sop_log") is None
-    assert row_name_problem(None, None, ["loss=contrastive"], "sop_contrastive") is None  # no experiment: the name follows
+    assert (
+        row_name_problem(None, None, ["loss=contrastive"], "sop_contrastive") is None
+    )  # no experiment: the name follows
 
 
 def test_a_new_run_never_overwrites_a_checkpoint(tmp_path):
     path = tmp_path / "checkpoint.pt"
     save_checkpoint({"epoch": 3, "identity": {"loss.name": "rambo_log", "seed": 0}}, path)
-    with pytest.raises(RunExistsError, match=r"holds another run \(loss.name: 'rambo_log' -> 'contrastive', epoch 3\).*"
-                       r"experiment_name=.*resume=true.*resume=auto"):  # fmt: skip
+    with pytest.raises(
+        RunExistsError,
+        match=r"holds another run \(loss.name: 'rambo_log' -> 'contrastive', epoch 3\).*"
+        r"experiment_name=.*resume=true.*resume=auto",
+    ):
         checkpoint_to_resume(path, False, {"loss.name": "contrastive", "seed": 0})
     with pytest.raises(RunExistsError, match=r"holds this run already \(epoch 3\).*resume=true"):
         checkpoint_to_resume(path, False, {"loss.name": "rambo_log", "seed": 0})

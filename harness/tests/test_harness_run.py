@@ -12,12 +12,22 @@ from rambo.harness.run import TrainingRun
 
 
 def config(out, **extra):
-    return OmegaConf.create({
-        "seed": 0, "experiment_name": "toy", "output_dir": str(out), "metrics_path": f"{out}/metrics.json",
-        "curve_path": f"{out}/curve.json", "checkpoint_path": f"{out}/checkpoint.pt", "resume": False,
-        "resume_may_change": ["resume", "max_epochs_this_run", "wandb"], "max_epochs_this_run": None,
-        "lr": 0.1, "wandb": {"mode": "disabled", "project": "p"}, **extra,
-    })  # fmt: skip
+    return OmegaConf.create(
+        {
+            "seed": 0,
+            "experiment_name": "toy",
+            "output_dir": str(out),
+            "metrics_path": f"{out}/metrics.json",
+            "curve_path": f"{out}/curve.json",
+            "checkpoint_path": f"{out}/checkpoint.pt",
+            "resume": False,
+            "resume_may_change": ["resume", "max_epochs_this_run", "wandb"],
+            "max_epochs_this_run": None,
+            "lr": 0.1,
+            "wandb": {"mode": "disabled", "project": "p"},
+            **extra,
+        }
+    )
 
 
 def train(cfg, epochs=3):
@@ -43,7 +53,9 @@ def test_a_killed_run_resumes_to_the_same_result(tmp_path):
     torch.manual_seed(123)  # whatever happened in between
     resumed = train(config(tmp_path / "b", resume=True))
     assert resumed == straight and resumed["seen"] == 24
-    assert json.loads((tmp_path / "b" / "curve.json").read_text()) == json.loads((tmp_path / "a" / "curve.json").read_text())
+    assert json.loads((tmp_path / "b" / "curve.json").read_text()) == json.loads(
+        (tmp_path / "a" / "curve.json").read_text()
+    )
     assert json.loads((tmp_path / "b" / "metrics.json").read_text()) == straight
 
 
@@ -62,7 +74,9 @@ def test_the_curve_file_has_the_same_keys_in_every_record(tmp_path):
     from rambo.harness.run import homogeneous
 
     assert homogeneous([{"epoch": 1, "loss": 2.0}, {"epoch": 2, "loss": 1.0, "test/R@1": 0.5}]) == [
-        {"epoch": 1, "loss": 2.0, "test/R@1": None}, {"epoch": 2, "loss": 1.0, "test/R@1": 0.5}]
+        {"epoch": 1, "loss": 2.0, "test/R@1": None},
+        {"epoch": 2, "loss": 1.0, "test/R@1": 0.5},
+    ]
 
 
 def test_timings_are_logged_but_kept_out_of_the_curve_file(tmp_path, caplog):
@@ -76,12 +90,16 @@ def test_timings_are_logged_but_kept_out_of_the_curve_file(tmp_path, caplog):
         run.finish({"done": True})
     assert json.loads((tmp_path / "curve.json").read_text()) == [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}]
     assert "seconds" in caplog.text
-    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["curve"] == [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}]
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["curve"] == [
+        {"epoch": 1, "loss": 1.0},
+        {"epoch": 2, "loss": 0.5},
+    ]
 
 
 def test_the_same_run_in_two_folders_writes_byte_identical_checkpoints(tmp_path):
     """DVC hashes the checkpoints (dvc.lock, issue 34): neither the run's folder (absolute under
     Hydra), nor the temporary file's random name, nor a timing may reach the checkpoint's bytes."""
+
     def make(out, seconds):
         random.seed(0), np.random.seed(0), torch.manual_seed(0)  # the random states are checkpointed
         cfg = config(out.resolve())  # where the files are may change, as in the apps' configs
@@ -95,7 +113,9 @@ def test_the_same_run_in_two_folders_writes_byte_identical_checkpoints(tmp_path)
     first, second = make(tmp_path / "a", 0.5), make(tmp_path / "elsewhere" / "b", 7.25)
     assert first == second
     saved = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=True)
-    assert saved["config"]["lr"] == 0.1 and not {"output_dir", "metrics_path", "curve_path", "checkpoint_path"} & set(saved["config"])
+    assert saved["config"]["lr"] == 0.1 and not {"output_dir", "metrics_path", "curve_path", "checkpoint_path"} & set(
+        saved["config"]
+    )
     assert str(tmp_path) not in first.decode("latin-1")
 
 
@@ -104,7 +124,10 @@ def test_a_non_finite_epoch_loss_saves_nothing_and_says_what_is_kept(tmp_path):
     train(cfg, epochs=1)
     kept = (tmp_path / "checkpoint.pt").read_bytes()
     run = TrainingRun(config(tmp_path, resume=True, max_epochs_this_run=None), {"model": torch.nn.Linear(3, 1)})
-    with pytest.raises(FloatingPointError, match=r"epoch 2: mean loss inf.*diverged in epoch 2.*\(epoch 1, the last with a finite loss\)"):
+    with pytest.raises(
+        FloatingPointError,
+        match=r"epoch 2: mean loss inf.*diverged in epoch 2.*\(epoch 1, the last with a finite loss\)",
+    ):
         run.end_epoch({"epoch": 2, "loss": float("inf")}, 2)
     assert (tmp_path / "checkpoint.pt").read_bytes() == kept and run.epoch == 1
 
@@ -131,7 +154,15 @@ def test_wandb_runs_carry_flat_keys_a_profile_group_and_the_headline_summary(tmp
     monkeypatch.setattr(run_module, "start_run", fake_start_run)
     cfg = config(tmp_path, profile_name="mini")
     model = torch.nn.Linear(3, 1)
-    keys = {"task": "retrieval", "dataset": "sop", "loss_name": "rambo_log", "lambda": 4.0, "margin": 0.02, "tau": 3, "seed": 0}
+    keys = {
+        "task": "retrieval",
+        "dataset": "sop",
+        "loss_name": "rambo_log",
+        "lambda": 4.0,
+        "margin": 0.02,
+        "tau": 3,
+        "seed": 0,
+    }
     run = TrainingRun(cfg, {"model": model}, wandb_keys=keys)
     run.end_epoch({"epoch": 1, "loss": 0.5}, 1)
     run.finish({"epochs": 1}, headline={"R@1": 0.7})
@@ -139,7 +170,9 @@ def test_wandb_runs_carry_flat_keys_a_profile_group_and_the_headline_summary(tmp
     assert only["group"] == "mini/toy" and only["name"] == "toy-seed0"
     assert {k: only["config"][k] for k in keys} == keys and only["config"]["profile"] == "mini"
     assert FakeRun.summary["R@1"] == 0.7 and FakeRun.summary["epochs"] == 1
-    assert run_module.wandb_group(None, "toy") == "toy" and run_module.wandb_group("paper", "sop_log") == "paper/sop_log"
+    assert (
+        run_module.wandb_group(None, "toy") == "toy" and run_module.wandb_group("paper", "sop_log") == "paper/sop_log"
+    )
 
 
 def test_a_key_added_at_its_identity_default_resumes_an_older_checkpoint(tmp_path):

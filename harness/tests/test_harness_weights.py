@@ -46,8 +46,10 @@ def test_a_truncated_file_is_refused_naming_both_hashes(tmp_path):
 
 
 def test_every_missing_file_is_named_with_its_url_in_one_message(tmp_path):
-    files = [WeightsFile("a", "https://example.org/a-0123abcd.pth", tmp_path / "cache" / "a-0123abcd.pth"),
-             WeightsFile("b", "https://example.org/b-4567abcd.pth", tmp_path / "b.pth")]  # fmt: skip
+    files = [
+        WeightsFile("a", "https://example.org/a-0123abcd.pth", tmp_path / "cache" / "a-0123abcd.pth"),
+        WeightsFile("b", "https://example.org/b-4567abcd.pth", tmp_path / "b.pth"),
+    ]
     with pytest.raises(WeightsError) as error:
         check_weights(files)
     message = str(error.value)

@@ -26,11 +26,17 @@ def test_forked_workers_ignore_usr2_while_the_training_process_keeps_its_handler
         dataset = HandlerOfUSR2()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a plain local run: TERM at its default
         plain = [tuple(item) for item in torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)]
-        ignored = [tuple(item) for item in torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, worker_init_fn=worker_init)]
+        ignored = [
+            tuple(item)
+            for item in torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, worker_init_fn=worker_init)
+        ]
         assert set(plain) == {(str(handler), str(signal.SIG_DFL))}  # what a fork inherits without worker_init
         assert set(ignored) == {(str(signal.SIG_IGN), str(signal.SIG_DFL))}  # TERM stays at its default
         signal.signal(signal.SIGTERM, handler)  # under submitit: TERM handled in Python too
-        ignored = [tuple(item) for item in torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, worker_init_fn=worker_init)]
+        ignored = [
+            tuple(item)
+            for item in torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2, worker_init_fn=worker_init)
+        ]
         assert set(ignored) == {(str(signal.SIG_IGN), str(signal.SIG_IGN))}
         assert signal.getsignal(signal.SIGUSR2) is handler and signal.getsignal(signal.SIGTERM) is handler
     finally:

@@ -8,6 +8,7 @@ a plain backward and for the two-pass backward.
 import sys
 
 import torch
+
 from rambo.core import EmbeddingMemory, RecallLoss
 from rambo.harness.distributed import detect_setup, init_process_group
 from rambo.retrieval.distributed import global_batch_loss

@@ -22,7 +22,9 @@ def normalised(images: torch.Tensor) -> torch.Tensor:
 
 def random_images(count: int, height: int = 32, width: int = 32, seed: int = 0) -> torch.Tensor:
     """``count`` random ``uint8 [3, height, width]`` images."""
-    return torch.randint(0, 256, (count, 3, height, width), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+    return torch.randint(
+        0, 256, (count, 3, height, width), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)
+    )
 
 
 @pytest.mark.parametrize(("height", "width"), [(32, 32), (16, 16), (24, 40), (50, 20)])
@@ -67,9 +69,14 @@ def test_box_falls_back_to_the_central_crop_of_the_nearest_ratio_when_no_attempt
     assert boxes.tolist() == [[5, 0, 10, 20]] * 4
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"scale": (0.5, 0.2)}, "scale"), ({"scale": (0.2, 1.5)}, "at most 1"), ({"ratio": (0.0, 1.0)}, "ratio"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"scale": (0.5, 0.2)}, "scale"),
+        ({"scale": (0.2, 1.5)}, "at most 1"),
+        ({"ratio": (0.0, 1.0)}, "ratio"),
+    ],
+)
 def test_boxes_reject_bad_ranges(kwargs, message):
     """Empty, non-positive or out-of-range scale and ratio ranges are refused."""
     with pytest.raises(ValueError, match=message):
@@ -84,7 +91,9 @@ def test_resized_crops_are_bilinear_resizes_of_the_crops_away_from_their_border(
     crops = resized_crops(images, boxes, 32)
     assert crops.shape == (3, 3, 32, 32)
     for image, (top, left, height, width), crop in zip(images, boxes.tolist(), crops):
-        reference = F.interpolate(image[None, :, top : top + height, left : left + width], size=(32, 32), mode="bilinear")[0]
+        reference = F.interpolate(
+            image[None, :, top : top + height, left : left + width], size=(32, 32), mode="bilinear"
+        )[0]
         torch.testing.assert_close(crop[:, 2:-2, 2:-2], reference[:, 2:-2, 2:-2], atol=1e-6, rtol=0)
     whole = resized_crops(images, torch.tensor([[0, 0, 32, 32]] * 3), 32)
     torch.testing.assert_close(whole, images, atol=1e-6, rtol=0)  # the full image at its own size is unchanged
@@ -103,7 +112,11 @@ def test_augmentation_returns_normalised_float_images_of_the_output_size():
 def test_augmentation_rejects_images_that_are_not_uint8_rgb_batches():
     """Float images, single images and grey batches are refused."""
     augment = BatchTrainAugmentation(16)
-    wrong = (torch.zeros(2, 3, 16, 16), torch.zeros(3, 16, 16, dtype=torch.uint8), torch.zeros(2, 1, 16, 16, dtype=torch.uint8))
+    wrong = (
+        torch.zeros(2, 3, 16, 16),
+        torch.zeros(3, 16, 16, dtype=torch.uint8),
+        torch.zeros(2, 1, 16, 16, dtype=torch.uint8),
+    )
     for images in wrong:
         with pytest.raises(ValueError, match="uint8 images"):
             augment(images)

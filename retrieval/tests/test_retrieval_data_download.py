@@ -17,8 +17,8 @@ import pytest
 from PIL import Image
 
 from rambo.harness.download import DatasetFile, DownloadError
-from rambo.retrieval.datasets import load_cub, load_inshop, load_sop
 from rambo.harness.testing import listing, md5, no_network  # noqa: F401 (no_network: a fixture, taken by importing it)
+from rambo.retrieval.datasets import load_cub, load_inshop, load_sop
 
 download_module = importlib.import_module("rambo.retrieval.datasets.download")
 
@@ -210,8 +210,12 @@ def test_an_encrypted_inshop_zip_names_the_dataset_page(tmp_path, monkeypatch, c
             data[at + offset] |= 0x1
             at = data.find(signature, at + 4)
     images.write_bytes(bytes(data))
-    use_table(monkeypatch, "inshop", DatasetFile("img.zip", (images.as_uri(),), None, True, "img"),
-              DatasetFile("list_eval_partition.txt", (partition.as_uri(),), None, False, "list_eval_partition.txt"))  # fmt: skip
+    use_table(
+        monkeypatch,
+        "inshop",
+        DatasetFile("img.zip", (images.as_uri(),), None, True, "img"),
+        DatasetFile("list_eval_partition.txt", (partition.as_uri(),), None, False, "list_eval_partition.txt"),
+    )
     assert download_module.main(["inshop", str(tmp_path / "data"), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert "is password-protected" in err and download_module.HOMEPAGES["inshop"] in err and "Traceback" not in err

@@ -265,8 +265,15 @@ def test_imagefolder_reads_the_users_own_train_and_test_folders(tmp_path):
         (lambda root: None, "train", FileNotFoundError, "is not a folder"),
         (lambda root: make_imagefolder(root, {"only": 3}), "train", ValueError, "holds 1 class folder"),
         (lambda root: make_imagefolder(root, {"a": 2, "b": 2}), "val", ValueError, "split must be one of"),
-        (lambda root: (make_imagefolder(root / "train", {"a": 2, "b": 2}), make_imagefolder(root / "test", {"c": 2})),
-         "test", ValueError, r"test holds 1 class folder"),
+        (
+            lambda root: (
+                make_imagefolder(root / "train", {"a": 2, "b": 2}),
+                make_imagefolder(root / "test", {"c": 2}),
+            ),
+            "test",
+            ValueError,
+            r"test holds 1 class folder",
+        ),
     ],
 )
 def test_imagefolder_rejects_what_it_cannot_split(tmp_path, make, split, error, message):

@@ -200,7 +200,9 @@ def test_halves_split_skips_pairs_with_a_super_label_too_small_for_its_half():
 def test_an_epoch_of_every_super_pair_is_pairs_times_batches_per_pair():
     """FastAP's epoch: numPairs x batchesPerMetaPair batches (SOP: C(12, 2) x 10 = 660)."""
     labels, super_labels = make_labels(num_classes=60)  # 5 super-labels: 10 pairs
-    sampler = SuperLabelBatchSampler(labels, super_labels, 16, 4, 3, batches_per_epoch="every_super_pair", split="halves")
+    sampler = SuperLabelBatchSampler(
+        labels, super_labels, 16, 4, 3, batches_per_epoch="every_super_pair", split="halves"
+    )
     assert len(sampler.pairs) == 10 and len(sampler) == len(list(sampler)) == 30
     runs = [frozenset(int(super_labels[i]) for b in list(sampler)[k : k + 3] for i in b) for k in range(0, 30, 3)]
     assert len(set(runs)) == 10  # every pair once per epoch
@@ -215,8 +217,9 @@ def test_fixed_pair_order_visits_the_pairs_as_itertools_combinations_every_epoch
     import itertools
 
     labels, super_labels = make_labels(num_classes=60)
-    sampler = SuperLabelBatchSampler(labels, super_labels, 16, 4, 3, batches_per_epoch="every_super_pair",
-                                     split="halves", pair_order="fixed")  # fmt: skip
+    sampler = SuperLabelBatchSampler(
+        labels, super_labels, 16, 4, 3, batches_per_epoch="every_super_pair", split="halves", pair_order="fixed"
+    )
     expected = list(itertools.combinations(sorted(set(super_labels.tolist())), 2))
     epochs = []
     for epoch in range(2):
@@ -226,7 +229,9 @@ def test_fixed_pair_order_visits_the_pairs_as_itertools_combinations_every_epoch
         assert pairs == [pair for pair in expected for _ in range(3)]
         epochs.append(batches)
     assert epochs[0] != epochs[1]
-    shuffled = SuperLabelBatchSampler(labels, super_labels, 16, 4, 3, batches_per_epoch="every_super_pair", split="halves")
+    shuffled = SuperLabelBatchSampler(
+        labels, super_labels, 16, 4, 3, batches_per_epoch="every_super_pair", split="halves"
+    )
     assert [tuple(sorted({int(super_labels[i]) for i in b})) for b in shuffled][::3] != expected
     with pytest.raises(ValueError, match="pair_order must be"):
         SuperLabelBatchSampler(labels, super_labels, 16, 4, 3, pair_order="random")

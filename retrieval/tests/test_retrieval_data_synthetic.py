@@ -42,7 +42,7 @@ def test_layout_is_sop_and_load_sop_reads_it(tmp_path):
     assert (root / "Ebay_info.txt").read_text().splitlines() == [header, *train_lines[1:], *test_lines[1:]]
     rows = [line.split() for line in train_lines[1:] + test_lines[1:]]
     assert [int(r[0]) for r in rows] == list(range(1, 24 * 4 + 1))
-    for image_id, class_id, super_id, path in rows:
+    for _image_id, class_id, super_id, path in rows:
         # Brute force of the documented grouping: super-class = (class - 1) mod S, folder named after it.
         assert int(super_id) == (int(class_id) - 1) % 6 + 1
         assert path.startswith(f"{synthetic.SHAPE_FAMILIES[int(super_id) - 1]}_final/")
@@ -168,10 +168,22 @@ def test_bad_parameters(tmp_path, kwargs, message):
 
 def test_cli_writes_the_dataset(tmp_path):
     command = [
-        sys.executable, "-m", "rambo.retrieval.datasets.synthetic", str(tmp_path / "cli"), "--seed", "4",
-        "--num-classes", "24", "--images-per-class", "4", "--image-size", "16", "--num-super-classes", "6",
+        sys.executable,
+        "-m",
+        "rambo.retrieval.datasets.synthetic",
+        str(tmp_path / "cli"),
+        "--seed",
+        "4",
+        "--num-classes",
+        "24",
+        "--images-per-class",
+        "4",
+        "--image-size",
+        "16",
+        "--num-super-classes",
+        "6",
         "--quiet",
-    ]  # fmt: skip
+    ]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == str(tmp_path / "cli")
     assert file_digests(tmp_path / "cli") == file_digests(generate_synthetic(tmp_path / "api", seed=4, **SMALL))

@@ -21,7 +21,15 @@ def _worker_module():
 
 
 def test_two_processes_give_the_loss_and_gradients_of_one_process(tmp_path):
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(WORKER),
+        str(tmp_path),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -39,7 +47,9 @@ def test_two_processes_give_the_loss_and_gradients_of_one_process(tmp_path):
             assert result[mode]["loss"] == pytest.approx(float(expected_loss.detach()), rel=1e-6)
             assert result[mode]["grads"].keys() == expected.keys()
             for name, grad in expected.items():
-                torch.testing.assert_close(result[mode]["grads"][name], grad, rtol=1e-4, atol=1e-6, msg=f"{mode} {name}")
+                torch.testing.assert_close(
+                    result[mode]["grads"][name], grad, rtol=1e-4, atol=1e-6, msg=f"{mode} {name}"
+                )
 
 
 def test_gather_is_identity_in_one_process():
@@ -51,9 +61,18 @@ def test_the_training_app_runs_under_torchrun_with_two_processes(tmp_path):
     """The real app and engine, DDP over gloo on the CPU: 2 processes x 4 images of the tiny profile's
     global batch of 8; rank 0 writes the outputs, and the embeddings' ranks are over all 8."""
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rambo.retrieval.train",
-        "profile=tiny", f"data_dir={tmp_path / 'data'}", f"hydra.run.dir={tmp_path / 'run'}", "threads=1",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "rambo.retrieval.train",
+        "profile=tiny",
+        f"data_dir={tmp_path / 'data'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "threads=1",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())

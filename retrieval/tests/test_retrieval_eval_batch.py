@@ -33,7 +33,9 @@ def test_the_eval_batch_size_is_not_part_of_the_run_identity():
     identities = []
     for size in (7, 256):
         cfg = compose_config(["profile=tiny", "output_dir=x", f"eval_batch_size={size}"])
-        identities.append(run_identity(OmegaConf.to_container(cfg, resolve=True), cfg.resume_may_change, cfg.identity_defaults))
+        identities.append(
+            run_identity(OmegaConf.to_container(cfg, resolve=True), cfg.resume_may_change, cfg.identity_defaults)
+        )
     assert identities[0] == identities[1] and "eval_batch_size" not in identities[0]
 
 
@@ -48,8 +50,17 @@ def test_a_tiny_run_evaluates_in_batches_of_eval_batch_size(tmp_path):
 
     hook = torch.nn.modules.module.register_module_forward_pre_hook(record)
     try:
-        cfg = compose_config(["profile=tiny", f"data_dir={tmp_path / 'data'}", f"output_dir={tmp_path / 'run'}",
-                              "wandb.mode=disabled", "epochs=1", "scheduler.milestones=[1]", "eval_batch_size=5"])  # fmt: skip
+        cfg = compose_config(
+            [
+                "profile=tiny",
+                f"data_dir={tmp_path / 'data'}",
+                f"output_dir={tmp_path / 'run'}",
+                "wandb.mode=disabled",
+                "epochs=1",
+                "scheduler.milestones=[1]",
+                "eval_batch_size=5",
+            ]
+        )
         metrics = train(cfg)
     finally:
         hook.remove()

@@ -41,11 +41,20 @@ def _error(capsys, argv) -> str:
 def test_same_set_equals_retrieval_metrics_and_writes_json(tmp_path, suffix, capsys):
     embeddings, labels = _set(40)
     out = tmp_path / "m.json"
-    got = run([
-        "--embeddings", _save(tmp_path / f"e{suffix}", embeddings),
-        "--labels", _save(tmp_path / f"l{suffix}", labels),
-        "--ks", "1", "2", "4", "--out", str(out),
-    ])
+    got = run(
+        [
+            "--embeddings",
+            _save(tmp_path / f"e{suffix}", embeddings),
+            "--labels",
+            _save(tmp_path / f"l{suffix}", labels),
+            "--ks",
+            "1",
+            "2",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
     expected = retrieval_metrics(embeddings, labels, (1, 2, 4))
     assert got == pytest.approx(expected)
     assert json.loads(out.read_text()) == pytest.approx(expected)
@@ -57,22 +66,37 @@ def test_same_set_equals_retrieval_metrics_and_writes_json(tmp_path, suffix, cap
 def test_query_gallery_equals_retrieval_metrics(tmp_path, suffix):
     query, query_labels = _set(15, seed=1)
     gallery, gallery_labels = _set(30, seed=2)
-    got = run([
-        "--query-embeddings", _save(tmp_path / f"q{suffix}", query),
-        "--query-labels", _save(tmp_path / f"ql{suffix}", query_labels),
-        "--gallery-embeddings", _save(tmp_path / f"g{suffix}", gallery),
-        "--gallery-labels", _save(tmp_path / f"gl{suffix}", gallery_labels),
-        "--ks", "1", "5", "10",
-    ])
+    got = run(
+        [
+            "--query-embeddings",
+            _save(tmp_path / f"q{suffix}", query),
+            "--query-labels",
+            _save(tmp_path / f"ql{suffix}", query_labels),
+            "--gallery-embeddings",
+            _save(tmp_path / f"g{suffix}", gallery),
+            "--gallery-labels",
+            _save(tmp_path / f"gl{suffix}", gallery_labels),
+            "--ks",
+            "1",
+            "5",
+            "10",
+        ]
+    )
     assert got == pytest.approx(retrieval_metrics(gallery, gallery_labels, (1, 5, 10), query, query_labels))
 
 
 def test_pt_file_holding_a_numpy_array_and_float64_embeddings(tmp_path):
     embeddings, labels = _set(20)
-    got = run([
-        "--embeddings", _save(tmp_path / "e.pt", embeddings.astype(np.float64), as_tensor=False),
-        "--labels", _save(tmp_path / "l.pt", labels, as_tensor=False), "--ks", "1",
-    ])
+    got = run(
+        [
+            "--embeddings",
+            _save(tmp_path / "e.pt", embeddings.astype(np.float64), as_tensor=False),
+            "--labels",
+            _save(tmp_path / "l.pt", labels, as_tensor=False),
+            "--ks",
+            "1",
+        ]
+    )
     assert got == pytest.approx(retrieval_metrics(embeddings, labels, (1,)))
 
 
@@ -85,7 +109,9 @@ def test_default_ks_are_clipped_to_the_gallery(tmp_path, capsys):
 
 def test_missing_file(tmp_path, capsys):
     embeddings, _ = _set(10)
-    err = _error(capsys, ["--embeddings", _save(tmp_path / "e.npy", embeddings), "--labels", str(tmp_path / "nope.npy")])
+    err = _error(
+        capsys, ["--embeddings", _save(tmp_path / "e.npy", embeddings), "--labels", str(tmp_path / "nope.npy")]
+    )
     assert "nope.npy: no such file" in err
 
 
@@ -99,28 +125,47 @@ def test_unknown_extension(tmp_path, capsys):
 
 def test_shape_mismatch_count_and_dimension(tmp_path, capsys):
     embeddings, labels = _set(10)
-    err = _error(capsys, ["--embeddings", _save(tmp_path / "e.npy", embeddings), "--labels", _save(tmp_path / "l.npy", labels[:7])])
+    err = _error(
+        capsys,
+        ["--embeddings", _save(tmp_path / "e.npy", embeddings), "--labels", _save(tmp_path / "l.npy", labels[:7])],
+    )
     assert "shape mismatch" in err and "10 embeddings" in err and "7 labels" in err
     query, query_labels = _set(5, dim=4)
-    err = _error(capsys, [
-        "--query-embeddings", _save(tmp_path / "q.npy", query), "--query-labels", _save(tmp_path / "ql.npy", query_labels),
-        "--gallery-embeddings", str(tmp_path / "e.npy"), "--gallery-labels", _save(tmp_path / "gl.npy", labels),
-    ])
+    err = _error(
+        capsys,
+        [
+            "--query-embeddings",
+            _save(tmp_path / "q.npy", query),
+            "--query-labels",
+            _save(tmp_path / "ql.npy", query_labels),
+            "--gallery-embeddings",
+            str(tmp_path / "e.npy"),
+            "--gallery-labels",
+            _save(tmp_path / "gl.npy", labels),
+        ],
+    )
     assert "shape mismatch" in err and "dimension 4" in err
-    err = _error(capsys, ["--embeddings", _save(tmp_path / "v.npy", embeddings[0]), "--labels", str(tmp_path / "l.npy")])
+    err = _error(
+        capsys, ["--embeddings", _save(tmp_path / "v.npy", embeddings[0]), "--labels", str(tmp_path / "l.npy")]
+    )
     assert "[n, dim]" in err
 
 
 def test_non_integer_labels(tmp_path, capsys):
     embeddings, labels = _set(10)
-    err = _error(capsys, ["--embeddings", _save(tmp_path / "e.pt", embeddings), "--labels", _save(tmp_path / "l.pt", labels + 0.5)])
+    err = _error(
+        capsys,
+        ["--embeddings", _save(tmp_path / "e.pt", embeddings), "--labels", _save(tmp_path / "l.pt", labels + 0.5)],
+    )
     assert "labels must be integer class ids" in err and "float64" in err
 
 
 def test_nan_embeddings(tmp_path, capsys):
     embeddings, labels = _set(10)
     embeddings[3, 1] = np.nan
-    err = _error(capsys, ["--embeddings", _save(tmp_path / "e.npy", embeddings), "--labels", _save(tmp_path / "l.npy", labels)])
+    err = _error(
+        capsys, ["--embeddings", _save(tmp_path / "e.npy", embeddings), "--labels", _save(tmp_path / "l.npy", labels)]
+    )
     assert "NaN or inf" in err and "[3]" in err
 
 
@@ -133,9 +178,9 @@ def test_pt_holding_something_else(tmp_path, capsys):
 
 def test_arguments_of_both_modes_or_of_neither(tmp_path, capsys):
     embeddings, labels = _set(10)
-    e, l = _save(tmp_path / "e.npy", embeddings), _save(tmp_path / "l.npy", labels)
-    assert "not both" in _error(capsys, ["--embeddings", e, "--labels", l, "--query-embeddings", e])
-    assert "all four" in _error(capsys, ["--query-embeddings", e, "--query-labels", l])
+    e, lab = _save(tmp_path / "e.npy", embeddings), _save(tmp_path / "l.npy", labels)
+    assert "not both" in _error(capsys, ["--embeddings", e, "--labels", lab, "--query-embeddings", e])
+    assert "all four" in _error(capsys, ["--query-embeddings", e, "--query-labels", lab])
     assert "nothing to evaluate" in _error(capsys, [])
 
 
@@ -149,18 +194,38 @@ def test_console_scripts_are_installed(tmp_path):
     assert "--query-embeddings" in result.stdout
     embeddings, labels = _set(12)
     result = subprocess.run(
-        [str(script), "--embeddings", _save(tmp_path / "e.npy", embeddings), "--labels", _save(tmp_path / "l.npy", labels[:5])],
-        capture_output=True, text=True, timeout=120,
+        [
+            str(script),
+            "--embeddings",
+            _save(tmp_path / "e.npy", embeddings),
+            "--labels",
+            _save(tmp_path / "l.npy", labels[:5]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2 and "shape mismatch" in result.stderr
     # A successful evaluation exits 0, with the metrics on stdout and nothing on stderr (issue 22:
     # it exited 1 with the metrics dict on stderr, stopping any `&&` chain or `set -e` script).
     out = tmp_path / "m.json"
     result = subprocess.run(
-        [str(script), "--embeddings", _save(tmp_path / "e.npy", embeddings), "--labels", _save(tmp_path / "l.npy", labels),
-         "--ks", "1", "2", "--out", str(out)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            str(script),
+            "--embeddings",
+            _save(tmp_path / "e.npy", embeddings),
+            "--labels",
+            _save(tmp_path / "l.npy", labels),
+            "--ks",
+            "1",
+            "2",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and result.stderr == "", result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "12 queries, 11 gallery items per query" and lines[-1] == f"wrote {out}"
@@ -168,4 +233,3 @@ def test_console_scripts_are_installed(tmp_path):
     assert sorted(line.split()[0] for line in lines[1:-1]) == sorted(written) and "R@1" in written
     assert float(lines[1].split()[1]) == pytest.approx(written[lines[1].split()[0]], abs=5e-5)
     assert main(["--embeddings", str(tmp_path / "e.npy"), "--labels", str(tmp_path / "l.npy")]) == 0
-

@@ -1,4 +1,3 @@
-
 import numpy as np
 import pytest
 import torch
@@ -111,8 +110,10 @@ def test_faiss_loader_lines_are_debug_not_info(level, shown):
     import subprocess
     import sys
 
-    code = (f"import logging; logging.basicConfig(level=logging.{level}); "
-            "from rambo.retrieval.evaluate import import_faiss; import_faiss()")  # fmt: skip
+    code = (
+        f"import logging; logging.basicConfig(level=logging.{level}); "
+        "from rambo.retrieval.evaluate import import_faiss; import_faiss()"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert ("faiss.loader" in result.stderr) is shown, result.stderr
 
@@ -145,7 +146,8 @@ def test_the_torch_search_finds_faiss_neighbours_and_metrics():
         np.testing.assert_array_equal(torch_hits[0], faiss_hits[0])
         np.testing.assert_array_equal(torch_hits[1], faiss_hits[1])
         assert retrieval_metrics(embeddings, labels, (1, 4), backend="torch", **extra) == retrieval_metrics(
-            embeddings, labels, (1, 4), backend="faiss", **extra)
+            embeddings, labels, (1, 4), backend="faiss", **extra
+        )
     assert search_backend() == search_backend("cpu") == "faiss"  # the CPU: faiss's index
     assert search_backend("cuda", "torch") == "torch"
     with pytest.raises(ValueError, match="search backend must be one of"):

@@ -13,15 +13,19 @@ torch.set_num_threads(1)
 def trained_run(tmp_path_factory):
     data_dir, out = tmp_path_factory.mktemp("data"), tmp_path_factory.mktemp("run")
     with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=["profile=tiny", f"data_dir={data_dir}", f"output_dir={out}",
-                                          "wandb.mode=disabled", "epochs=1"])  # fmt: skip
+        cfg = compose(
+            "train",
+            overrides=["profile=tiny", f"data_dir={data_dir}", f"output_dir={out}", "wandb.mode=disabled", "epochs=1"],
+        )
     train(cfg)
     return out / "checkpoint.pt", data_dir / "synthetic_tiny"
 
 
 def test_export_writes_pair_scores_and_retrievals(trained_run, tmp_path):
     checkpoint, root = trained_run
-    summary = export.main(["--checkpoint", str(checkpoint), "--out-dir", str(tmp_path), "--max-queries", "10", "--top-k", "3"])
+    summary = export.main(
+        ["--checkpoint", str(checkpoint), "--out-dir", str(tmp_path), "--max-queries", "10", "--top-k", "3"]
+    )
     with np.load(tmp_path / "scores.npz") as dump:
         scores, relevant = dump["scores"], dump["relevant"]
     with np.load(tmp_path / "retrievals.npz") as dump:

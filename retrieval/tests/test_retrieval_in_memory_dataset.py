@@ -29,7 +29,9 @@ def write_images(folder, sizes: list[tuple[int, int]]) -> list:
 def test_items_are_those_of_the_dataset_computed_once(tmp_path):
     """Images (through the dataset's transform), labels, super-labels and indices are the on-disk
     dataset's; negative indices wrap, and indices past the end raise ``IndexError``."""
-    on_disk = ImageRetrievalDataset(write_images(tmp_path, [(12, 10)] * 4), [0, 0, 1, 1], [3, 3, 5, 5], eval_transform(8))
+    on_disk = ImageRetrievalDataset(
+        write_images(tmp_path, [(12, 10)] * 4), [0, 0, 1, 1], [3, 3, 5, 5], eval_transform(8)
+    )
     in_memory = InMemoryImageDataset(on_disk)
     assert len(in_memory) == 4 and in_memory.images.shape == (4, 3, 8, 8) and in_memory.num_classes == 2
     for index in range(4):

@@ -80,8 +80,11 @@ def test_the_synthetic_rows_and_the_paper_profile_are_left_as_composed(user_sop)
 
 
 def test_a_folder_of_another_layout_names_the_override_that_fits(user_sop, tmp_path):
-    with pytest.raises(ValueError, match=rf"data=cub data.root={user_sop}: no cub layout there .*images.txt.*"
-                                         rf"holds the sop layout: data=sop data.root={user_sop} trains on it"):
+    with pytest.raises(
+        ValueError,
+        match=rf"data=cub data.root={user_sop}: no cub layout there .*images.txt.*"
+        rf"holds the sop layout: data=sop data.root={user_sop} trains on it",
+    ):
         use_own_data(data_config("data=cub", f"data.root={user_sop}"))
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="no imagefolder layout there .*class folders of images.*Nothing was written"):
@@ -97,8 +100,17 @@ def test_the_synthetic_generator_names_the_one_override_for_a_users_folder(user_
 
 def test_the_documented_command_trains_on_the_users_folder(user_sop, tmp_path):
     """``python -m rambo.retrieval.train data=sop data.root=DIR`` (here at the tiny profile's scale)."""
-    command = [sys.executable, "-m", "rambo.retrieval.train", "profile=tiny", "data=sop", f"data.root={user_sop}",
-               f"hydra.run.dir={tmp_path}", "epochs=1", "scheduler.milestones=[1]"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "rambo.retrieval.train",
+        "profile=tiny",
+        "data=sop",
+        f"data.root={user_sop}",
+        f"hydra.run.dir={tmp_path}",
+        "epochs=1",
+        "scheduler.milestones=[1]",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"data: training on sop at {user_sop}" in (tmp_path / "train.log").read_text()

@@ -19,6 +19,7 @@ def test_prepare_generates_the_synthetic_set_where_the_runs_read_it(tmp_path, ca
 
 def test_prepare_downloads_real_datasets_into_their_root(tmp_path, monkeypatch):
     calls = []
+
     def download(name, root, verify, mirror, archive_dir):
         calls.append((name, root, verify, mirror, archive_dir))
         return root

@@ -16,9 +16,23 @@ EPOCHS = 400  # long enough (several seconds) for the second run to arrive while
 
 
 def command(tmp_path, seed, output):
-    return [sys.executable, "-m", "rambo.retrieval.train", "experiment=synthetic_log", "profile=tiny", f"seed={seed}",
-            f"data_dir={tmp_path / 'data'}", f"output_dir={output}", f"hydra.run.dir={output}", "hydra.output_subdir=null",
-            "threads=1", "progress=false", f"epochs={EPOCHS}", "eval_every=100000", "resume=auto"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "rambo.retrieval.train",
+        "experiment=synthetic_log",
+        "profile=tiny",
+        f"seed={seed}",
+        f"data_dir={tmp_path / 'data'}",
+        f"output_dir={output}",
+        f"hydra.run.dir={output}",
+        "hydra.output_subdir=null",
+        "threads=1",
+        "progress=false",
+        f"epochs={EPOCHS}",
+        "eval_every=100000",
+        "resume=auto",
+    ]
 
 
 def test_a_second_run_in_a_folder_that_a_run_is_training_in_stops_at_once(tmp_path):
@@ -26,10 +40,14 @@ def test_a_second_run_in_a_folder_that_a_run_is_training_in_stops_at_once(tmp_pa
     alone = json.loads((tmp_path / "alone" / "metrics.json").read_text())
 
     shared = tmp_path / "shared"
-    first = subprocess.Popen(command(tmp_path, 0, shared), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    first = subprocess.Popen(
+        command(tmp_path, 0, shared), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path
+    )
     deadline = time.time() + 120
     while not (shared / "checkpoint.pt").exists():  # the first run has trained an epoch
-        assert first.poll() is None and time.time() < deadline, first.stdout.read() if first.poll() is not None else "timeout"
+        assert first.poll() is None and time.time() < deadline, (
+            first.stdout.read() if first.poll() is not None else "timeout"
+        )
         time.sleep(0.05)
     second = subprocess.run(command(tmp_path, 1, shared), capture_output=True, text=True, timeout=300, cwd=tmp_path)
     still_training = first.poll() is None
@@ -40,8 +58,12 @@ def test_a_second_run_in_a_folder_that_a_run_is_training_in_stops_at_once(tmp_pa
     assert "FolderClaimedError" in second.stderr and str(shared) in second.stderr
     assert "'synthetic_log seed 0'" in second.stderr  # the run that holds it
     assert still_training, "the second run did not stop before the first ended"
-    assert sorted(path.name for path in shared.iterdir()) == sorted(path.name for path in (tmp_path / "alone").iterdir())
+    assert sorted(path.name for path in shared.iterdir()) == sorted(
+        path.name for path in (tmp_path / "alone").iterdir()
+    )
     assert not (shared / CLAIM_NAME).exists()  # given back at the end
     metrics = json.loads((shared / "metrics.json").read_text())
     assert metrics["seed"] == 0
-    assert {k: v for k, v in metrics.items() if k != "provenance"} == {k: v for k, v in alone.items() if k != "provenance"}
+    assert {k: v for k, v in metrics.items() if k != "provenance"} == {
+        k: v for k, v in alone.items() if k != "provenance"
+    }

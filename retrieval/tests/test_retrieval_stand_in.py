@@ -144,8 +144,14 @@ def test_the_configs_samplers_accept_the_training_split(extracted, name):
     train, validation = split_validation_classes(load_dataset(name, extracted(name), "train"), 0.2, seed=0)
     assert validation is not None and validation.num_classes >= 1
     if config.name == "super_label":
-        sampler = SuperLabelBatchSampler(train.labels, train.super_labels, 16, config.samples_per_class,
-                                         config.batches_per_super_pair, batches_per_epoch=4)  # fmt: skip
+        sampler = SuperLabelBatchSampler(
+            train.labels,
+            train.super_labels,
+            16,
+            config.samples_per_class,
+            config.batches_per_super_pair,
+            batches_per_epoch=4,
+        )
     else:
         sampler = MPerClassBatchSampler(train.labels, 16, config.samples_per_class, batches_per_epoch=4)
     for batch in sampler:

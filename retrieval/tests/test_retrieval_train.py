@@ -50,8 +50,22 @@ def test_tiny_run_writes_metrics_curve_and_checkpoints(data_dir, tmp_path):
     # the evaluate CLI on the final checkpoint reproduces the last test evaluation
     out = tmp_path / "eval.json"
     root = str(data_dir / "synthetic_tiny")
-    cli = evaluate.main(["--checkpoint", str(tmp_path / "checkpoint.pt"), "--dataset", "synthetic", "--root", root,
-                         "--ks", "1", "2", "4", "--out", str(out)])  # fmt: skip
+    cli = evaluate.main(
+        [
+            "--checkpoint",
+            str(tmp_path / "checkpoint.pt"),
+            "--dataset",
+            "synthetic",
+            "--root",
+            root,
+            "--ks",
+            "1",
+            "2",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
     assert json.loads(out.read_text()) == cli
     assert cli["R@1"] == pytest.approx(curve[-1]["test/R@1"])
 
@@ -82,7 +96,9 @@ def test_resume_refuses_a_checkpoint_of_another_configuration(data_dir, tmp_path
     train(tiny(data_dir, tmp_path, "max_epochs_this_run=1"))
     with pytest.raises(ValueError, match=r"different configuration \(seed: 0 -> 1\)"):
         train(tiny(data_dir, tmp_path, "resume=true", "seed=1"))
-    with pytest.raises(ValueError, match=r"epochs: 2 -> 3"):  # a longer run is another run (its schedule and evaluations differ)
+    with pytest.raises(
+        ValueError, match=r"epochs: 2 -> 3"
+    ):  # a longer run is another run (its schedule and evaluations differ)
         train(tiny(data_dir, tmp_path, "resume=true", "epochs=3"))
     # keys in resume_may_change (paths, device, W&B, the early stop) may change
     moved = tmp_path / "moved_data"
@@ -135,8 +151,11 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_finite_checkpoint(da
         raise FloatingPointError("non-finite loss at epoch 2/2, step 1: nan")
 
     monkeypatch.setattr(train_module, "train_one_epoch", nan_loss)
-    with pytest.raises(FloatingPointError, match=r"diverged in epoch 2: nothing of that epoch was saved, and .*checkpoint.pt "
-                       r"\(epoch 1, the last with a finite loss\) is kept to resume from"):  # fmt: skip
+    with pytest.raises(
+        FloatingPointError,
+        match=r"diverged in epoch 2: nothing of that epoch was saved, and .*checkpoint.pt "
+        r"\(epoch 1, the last with a finite loss\) is kept to resume from",
+    ):
         train(tiny(data_dir, tmp_path, "resume=true"))
     assert (tmp_path / "checkpoint.pt").read_bytes() == kept
 
@@ -151,8 +170,13 @@ def test_the_engine_names_a_non_finite_loss_before_stepping():
     loss_fn = torch.nn.Module()
     loss_fn.forward = lambda embeddings, labels: embeddings.sum() * float("nan")
     with pytest.raises(FloatingPointError, match="non-finite loss at epoch 3, step 1: nan"):
-        train_one_epoch(model, [batch], loss_fn, torch.optim.SGD(model.parameters(), lr=1.0),
-                        options=EngineOptions(device="cpu", description="epoch 3"))
+        train_one_epoch(
+            model,
+            [batch],
+            loss_fn,
+            torch.optim.SGD(model.parameters(), lr=1.0),
+            options=EngineOptions(device="cpu", description="epoch 3"),
+        )
     assert torch.equal(model.weight, before)  # no step taken with it
 
 
@@ -161,14 +185,31 @@ def test_a_loss_override_of_a_row_needs_a_name_of_its_own(data_dir, tmp_path):
     import subprocess
     import sys
 
-    common = [sys.executable, "-m", "rambo.retrieval.train", "experiment=synthetic_log", "loss=contrastive", "profile=tiny",
-              f"data_dir={data_dir}", "wandb.mode=disabled", "epochs=0", "progress=false"]  # fmt: skip
-    refused = subprocess.run([*common, f"hydra.run.dir={tmp_path / 'a'}"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    common = [
+        sys.executable,
+        "-m",
+        "rambo.retrieval.train",
+        "experiment=synthetic_log",
+        "loss=contrastive",
+        "profile=tiny",
+        f"data_dir={data_dir}",
+        "wandb.mode=disabled",
+        "epochs=0",
+        "progress=false",
+    ]
+    refused = subprocess.run(
+        [*common, f"hydra.run.dir={tmp_path / 'a'}"], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert refused.returncode != 0
     assert "is another row, but it would keep the name 'synthetic_log'" in refused.stderr
     assert "experiment_name=synthetic_log_contrastive" in refused.stderr
-    named = subprocess.run([*common, "experiment_name=synthetic_contrastive_mine", f"hydra.run.dir={tmp_path / 'b'}"],
-                           capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    named = subprocess.run(
+        [*common, "experiment_name=synthetic_contrastive_mine", f"hydra.run.dir={tmp_path / 'b'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert named.returncode == 0, named.stderr
     assert json.loads((tmp_path / "b" / "metrics.json").read_text())["experiment"] == "synthetic_contrastive_mine"
 
@@ -177,7 +218,9 @@ def test_a_new_run_refuses_to_overwrite_another_in_its_folder(data_dir, tmp_path
     from rambo.harness.resume import RunExistsError
 
     train(tiny(data_dir, tmp_path, "max_epochs_this_run=1"))
-    with pytest.raises(RunExistsError, match=r"holds another run \(.*loss.name: 'rambo_log' -> 'contrastive'.*experiment_name="):
+    with pytest.raises(
+        RunExistsError, match=r"holds another run \(.*loss.name: 'rambo_log' -> 'contrastive'.*experiment_name="
+    ):
         train(tiny(data_dir, tmp_path, "loss=contrastive"))
     with pytest.raises(RunExistsError, match="holds this run already"):
         train(tiny(data_dir, tmp_path))
@@ -199,17 +242,27 @@ def test_every_experiment_config_runs_one_step(experiment, data_dir, tmp_path):
 
 def test_experiment_configs_carry_the_paper_settings():
     rows = {
-        "sop_log": (3e-6, 0.02, 4.0, "log"), "cub_log": (5e-6, 0.02, 0.2, "log"),
+        "sop_log": (3e-6, 0.02, 4.0, "log"),
+        "cub_log": (5e-6, 0.02, 0.2, "log"),
         "inshop_loglog": (1e-5, 0.05, 0.2, "loglog"),
-    }  # fmt: skip
+    }
     for experiment, (lr, margin, lam, weighting) in rows.items():
         cfg = compose_config([f"experiment={experiment}", "profile=paper", "output_dir=x"])
         assert cfg.optimizer.lr == lr and cfg.optimizer.weight_decay == 4e-4 and cfg.batch_size == 128
-        assert cfg.loss.margin == margin and cfg.loss.lam == lam  # the loss group's, as detection's (Table 9 per dataset)
+        assert (
+            cfg.loss.margin == margin and cfg.loss.lam == lam
+        )  # the loss group's, as detection's (Table 9 per dataset)
         assert cfg.loss.module.loss.margin == margin and cfg.loss.module.loss.lam == lam
         assert "margin" not in cfg.data and "lam" not in cfg.data
-        assert wandb_keys(cfg, "retrieval") == {"task": "retrieval", "dataset": experiment.split("_")[0],
-                                                "loss_name": cfg.loss.name, "lambda": lam, "margin": margin, "tau": 3, "seed": 0}  # fmt: skip
+        assert wandb_keys(cfg, "retrieval") == {
+            "task": "retrieval",
+            "dataset": experiment.split("_")[0],
+            "loss_name": cfg.loss.name,
+            "lambda": lam,
+            "margin": margin,
+            "tau": 3,
+            "seed": 0,
+        }
         assert cfg.loss.module.loss.weighting == weighting and cfg.loss.module.tau == 3
         assert cfg.epochs == 80 and list(cfg.scheduler.milestones) == [35] and cfg.scheduler.gamma == 0.3
         assert cfg.model.backbone == "resnet50" and cfg.model.embedding_dim == 512
@@ -243,13 +296,17 @@ def test_a_checkpoint_of_margin_and_lambda_under_data_still_resumes(data_dir, tm
     old = OmegaConf.to_container(cfg, resolve=True)  # the config in the old layout, the values unchanged
     old["data"].update(margin=old["loss"].pop("margin"), lam=old["loss"].pop("lam"))
     del old["data"]["table9"], old["identity_renamed"]
-    old["resume_may_change"] = [key for key in old["resume_may_change"] if key not in ("identity_renamed", "data.table9")]
+    old["resume_may_change"] = [
+        key for key in old["resume_may_change"] if key not in ("identity_renamed", "data.table9")
+    ]
     identity = run_identity(old, old["resume_may_change"], old["identity_defaults"])
     assert identity["data.margin"] == 0.02 and identity["data.lam"] == 4.0 and "loss.margin" not in identity
     state = load_checkpoint(tmp_path / "b" / "checkpoint.pt")
     save_checkpoint({**state, "config": placeless(old), "identity": identity}, tmp_path / "b" / "checkpoint.pt")
 
-    with pytest.raises(ValueError, match=r"different configuration \(loss.margin: 0.02 -> 0.0, loss.module.loss.margin"):
+    with pytest.raises(
+        ValueError, match=r"different configuration \(loss.margin: 0.02 -> 0.0, loss.module.loss.margin"
+    ):
         train(tiny(data_dir, tmp_path / "b", "resume=true", "loss.margin=0.0"))
     with pytest.raises(ValueError, match=r"loss.lam: 4.0 -> 0.2"):
         train(tiny(data_dir, tmp_path / "b", "resume=true", "data.table9.lam=0.2"))  # the default it reads, changed
@@ -297,13 +354,22 @@ def _tiny_inshop(root):
 
 def test_inshop_row_trains_and_evaluates_query_against_gallery(tmp_path):
     _tiny_inshop(tmp_path / "inshop")
-    cfg = tiny(tmp_path, tmp_path / "out", "experiment=inshop_log", "data.format=inshop",
-               f"data.root={tmp_path / 'inshop'}", "data.generate=null", "epochs=1")  # fmt: skip
+    cfg = tiny(
+        tmp_path,
+        tmp_path / "out",
+        "experiment=inshop_log",
+        "data.format=inshop",
+        f"data.root={tmp_path / 'inshop'}",
+        "data.generate=null",
+        "epochs=1",
+    )
     metrics = train(cfg)
     assert list(cfg.data.ks) == [1, 2, 4, 10, 100, 1000] and metrics["complete"]  # the tiny profile's K
     # 8 query items with one query each: R@K is a multiple of 1/8
     for k in (1, 2, 4):
-        assert (metrics["paper_protocol"][f"R@{k}"] * 8) == pytest.approx(round(metrics["paper_protocol"][f"R@{k}"] * 8))
+        assert (metrics["paper_protocol"][f"R@{k}"] * 8) == pytest.approx(
+            round(metrics["paper_protocol"][f"R@{k}"] * 8)
+        )
     assert metrics["paper_protocol"]["R@4"] >= metrics["paper_protocol"]["R@1"]
 
 
@@ -314,15 +380,20 @@ def test_collapse_warning_names_the_split_and_what_to_try():
     warning = collapse_warning(spread)
     assert "mean pairwise cosine 0.9980 on the validation split" in warning and "loss.margin" in warning
     assert collapse_warning({"test": {"mean_cosine": 0.995}}).count("on the test split") == 1  # no validation split
-    assert collapse_warning({"validation": {"mean_cosine": COLLAPSE_COSINE - 1e-3}, "test": {"mean_cosine": 1.0}}) is None
+    assert (
+        collapse_warning({"validation": {"mean_cosine": COLLAPSE_COSINE - 1e-3}, "test": {"mean_cosine": 1.0}}) is None
+    )
 
 
 def test_every_evaluation_records_the_spread_and_a_collapse_is_logged(data_dir, tmp_path, caplog, monkeypatch):
     import logging
 
-    from rambo.retrieval import engine, train as train_module
+    from rambo.retrieval import engine
+    from rambo.retrieval import train as train_module
 
-    monkeypatch.setattr(train_module, "collapse_warning", lambda record: engine.collapse_warning(record, threshold=-1.0))
+    monkeypatch.setattr(
+        train_module, "collapse_warning", lambda record: engine.collapse_warning(record, threshold=-1.0)
+    )
     with caplog.at_level(logging.WARNING):
         train(tiny(data_dir, tmp_path, "epochs=1", "scheduler.milestones=[1]"))
     curve = json.loads((tmp_path / "curve.json").read_text())
@@ -345,7 +416,6 @@ def test_the_gpu_engine_sums_losses_on_the_device_and_reads_them_once(data_dir, 
     assert once["paper_protocol"]["R@1"] == per_step["paper_protocol"]["R@1"]
 
 
-
 def spied_run(cfg, monkeypatch):
     """Train ``cfg``, recording what reaches the loss (its input's dtype, whether autocast is on), what
     the embedding layer outputs (in training or evaluation, its dtype) and the memory format of the
@@ -356,16 +426,22 @@ def spied_run(cfg, monkeypatch):
 
     def spied_model(model_cfg):
         model = build_model(model_cfg)
-        model.embedding.register_forward_hook(lambda module, args, out: records["layer_outputs"].append((module.training, out.dtype)))
+        model.embedding.register_forward_hook(
+            lambda module, args, out: records["layer_outputs"].append((module.training, out.dtype))
+        )
         model.register_forward_pre_hook(
-            lambda module, args: records["channels_last_batches"].append(args[0].is_contiguous(memory_format=torch.channels_last)))
+            lambda module, args: records["channels_last_batches"].append(
+                args[0].is_contiguous(memory_format=torch.channels_last)
+            )
+        )
         built.append(model)
         return model
 
     def spied_loss(loss_cfg):
         loss_fn = instantiate(loss_cfg)
         loss_fn.register_forward_pre_hook(
-            lambda module, args: records["loss_inputs"].append((args[0].dtype, torch.is_autocast_enabled("cpu"))))
+            lambda module, args: records["loss_inputs"].append((args[0].dtype, torch.is_autocast_enabled("cpu")))
+        )
         return loss_fn
 
     monkeypatch.setattr(train_module, "build_model", spied_model)
@@ -374,7 +450,9 @@ def spied_run(cfg, monkeypatch):
 
 
 @pytest.mark.parametrize("two_pass_chunk_size", ["null", 3])
-def test_bfloat16_runs_the_forward_under_autocast_and_the_rank_loss_in_float32(data_dir, tmp_path, monkeypatch, two_pass_chunk_size):
+def test_bfloat16_runs_the_forward_under_autocast_and_the_rank_loss_in_float32(
+    data_dir, tmp_path, monkeypatch, two_pass_chunk_size
+):
     """``precision=bfloat16``: the network's layers compute in bf16 (training and evaluation), the
     RaMBO loss gets float32 embeddings outside autocast (bf16 cosine scores would tie), in the
     one-pass and the two-pass path alike; ``float32`` (the default) has no autocast."""
@@ -410,11 +488,17 @@ def test_channels_last_trains_to_the_loss_of_the_contiguous_layout(data_dir, tmp
     _, records, model = spied_run(tiny(data_dir, tmp_path / "channels_last", *extra, "channels_last=true"), monkeypatch)
     assert records["channels_last_batches"] and all(records["channels_last_batches"])  # training and evaluation batches
     convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
-    assert convs and all(c.weight.is_contiguous(memory_format=torch.channels_last) and not c.weight.is_contiguous() for c in convs)
-    contiguous, channels_last = (json.loads((tmp_path / run / "curve.json").read_text()) for run in ("contiguous", "channels_last"))
+    assert convs and all(
+        c.weight.is_contiguous(memory_format=torch.channels_last) and not c.weight.is_contiguous() for c in convs
+    )
+    contiguous, channels_last = (
+        json.loads((tmp_path / run / "curve.json").read_text()) for run in ("contiguous", "channels_last")
+    )
     for a, b in zip(contiguous, channels_last, strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=4.4e-6, abs=0)
-    a, b = (load_checkpoint(tmp_path / run / "checkpoint.pt")["state"]["model"] for run in ("contiguous", "channels_last"))
+    a, b = (
+        load_checkpoint(tmp_path / run / "checkpoint.pt")["state"]["model"] for run in ("contiguous", "channels_last")
+    )
     for name, weight in a.items():
         if weight.is_floating_point():
             assert (b[name] - weight).abs().max() <= 7.2e-5 * weight.abs().max(), name

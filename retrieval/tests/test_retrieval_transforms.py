@@ -27,9 +27,13 @@ def test_square_eval_resize_keeps_the_whole_width_and_shorter_side_crops_it():
     shorter = grey(eval_transform(224, "shorter_side_resize_center_crop")(image))
     assert square.shape == shorter.shape == (224, 224)
     # Square: the centre 224 of 256 columns spans 16/256 .. 240/256 of the width.
-    assert square[:, 0].mean() == pytest.approx(16 / 256, abs=0.02) and square[:, -1].mean() == pytest.approx(240 / 256, abs=0.02)
+    assert square[:, 0].mean() == pytest.approx(16 / 256, abs=0.02) and square[:, -1].mean() == pytest.approx(
+        240 / 256, abs=0.02
+    )
     # Shorter side to 256 makes the image 512 wide: the centre 224 columns span 144/512 .. 368/512.
-    assert shorter[:, 0].mean() == pytest.approx(144 / 512, abs=0.02) and shorter[:, -1].mean() == pytest.approx(368 / 512, abs=0.02)
+    assert shorter[:, 0].mean() == pytest.approx(144 / 512, abs=0.02) and shorter[:, -1].mean() == pytest.approx(
+        368 / 512, abs=0.02
+    )
 
 
 def test_square_resize_random_crop_is_a_224_window_of_the_256_square():

@@ -49,9 +49,13 @@ class _DropoutNet(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.body = torch.nn.Sequential(
-            torch.nn.Flatten(), torch.nn.Linear(3 * 16 * 16, 32), torch.nn.ReLU(), torch.nn.Dropout(0.5),
-            torch.nn.Linear(32, 8), torch.nn.BatchNorm1d(8),
-        )  # fmt: skip
+            torch.nn.Flatten(),
+            torch.nn.Linear(3 * 16 * 16, 32),
+            torch.nn.ReLU(),
+            torch.nn.Dropout(0.5),
+            torch.nn.Linear(32, 8),
+            torch.nn.BatchNorm1d(8),
+        )
 
     def forward(self, x):
         return torch.nn.functional.normalize(self.body(x), dim=1)

@@ -40,9 +40,34 @@ def shared(tmp_path_factory, cluster):
     """A working folder with the tiny datasets of both apps in ``data/``."""
     root = tmp_path_factory.mktemp("shared")
     run = cluster_module.run
-    run(cluster, [sys.executable, "-m", "rambo.retrieval.prepare", "--data-dir", "data/retrieval", "--data", "synthetic", "--",
-                  "profile=tiny"], root)  # fmt: skip
-    run(cluster, [sys.executable, "-m", "rambo.detection.prepare", "--data-dir", "data/detection", "--data", "tiny", "--",
-                  *cluster_module.DETECTION_TINY], root)  # fmt: skip
+    run(
+        cluster,
+        [
+            sys.executable,
+            "-m",
+            "rambo.retrieval.prepare",
+            "--data-dir",
+            "data/retrieval",
+            "--data",
+            "synthetic",
+            "--",
+            "profile=tiny",
+        ],
+        root,
+    )
+    run(
+        cluster,
+        [
+            sys.executable,
+            "-m",
+            "rambo.detection.prepare",
+            "--data-dir",
+            "data/detection",
+            "--data",
+            "tiny",
+            "--",
+            *cluster_module.DETECTION_TINY,
+        ],
+        root,
+    )
     return root
-

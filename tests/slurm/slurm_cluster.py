@@ -26,8 +26,13 @@ DAEMONS = ("munged", "slurmctld", "slurmd")
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 # The apps' configs/hydra/launcher/slurm.yaml, with the resources of a CPU node of this test cluster.
-CPU_NODE = ["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=null", "hydra.launcher.cpus_per_task=1",
-            "hydra.launcher.mem_gb=1", "hydra.launcher.timeout_min=10"]  # fmt: skip
+CPU_NODE = [
+    "hydra/launcher=slurm",
+    "hydra.launcher.gpus_per_node=null",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=1",
+    "hydra.launcher.timeout_min=10",
+]
 DETECTION_TINY = ["data=tiny", "model=tiny", "profile=tiny"]
 INSTALL = "apt-get install slurm-wlm munge"
 
@@ -44,7 +49,10 @@ def install_if_missing() -> str | None:
         return None
     if os.geteuid() == 0 and shutil.which("apt-get"):
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "--no-install-recommends", "slurm-wlm", "munge"]):
+        for command in (
+            ["apt-get", "update", "-q"],
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "slurm-wlm", "munge"],
+        ):
             done = subprocess.run(command, env=env, capture_output=True, text=True)
             if done.returncode:
                 return f"`{' '.join(command)}` failed: {done.stderr[-500:]}"
@@ -59,23 +67,50 @@ def free_port() -> int:
 
 
 def slurm_conf(folder: Path, host: str, cpus: int, memory_mb: int) -> str:
-    return "\n".join([
-        "ClusterName=rambo-test", f"SlurmctldHost={host}", "SlurmUser=root", "SlurmdUser=root",
-        f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}",
-        "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={folder / 'munge.socket'},cred_expire=10",
-        f"StateSaveLocation={folder / 'state'}", f"SlurmdSpoolDir={folder / 'spool'}",
-        f"SlurmctldPidFile={folder / 'slurmctld.pid'}", f"SlurmdPidFile={folder / 'slurmd.pid'}",
-        f"SlurmctldLogFile={folder / 'slurmctld.log'}", f"SlurmdLogFile={folder / 'slurmd.log'}",
-        "SlurmctldDebug=info", "SlurmdDebug=info",
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "MpiDefault=none",
-        "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "SchedulerType=sched/backfill",
-        "AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none",
-        "JobCompType=jobcomp/none", "ReturnToService=2", "SlurmdParameters=config_overrides",
-        "KillWait=5", "MinJobAge=600", "InactiveLimit=0", "Waittime=0", "SlurmdTimeout=60",
-        "JobRequeue=1", "MaxJobCount=1000",
-        f"NodeName={host} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
-        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO",
-    ]) + "\n"  # fmt: skip
+    return (
+        "\n".join(
+            [
+                "ClusterName=rambo-test",
+                f"SlurmctldHost={host}",
+                "SlurmUser=root",
+                "SlurmdUser=root",
+                f"SlurmctldPort={free_port()}",
+                f"SlurmdPort={free_port()}",
+                "AuthType=auth/munge",
+                "CredType=cred/munge",
+                f"AuthInfo=socket={folder / 'munge.socket'},cred_expire=10",
+                f"StateSaveLocation={folder / 'state'}",
+                f"SlurmdSpoolDir={folder / 'spool'}",
+                f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
+                f"SlurmdPidFile={folder / 'slurmd.pid'}",
+                f"SlurmctldLogFile={folder / 'slurmctld.log'}",
+                f"SlurmdLogFile={folder / 'slurmd.log'}",
+                "SlurmctldDebug=info",
+                "SlurmdDebug=info",
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "MpiDefault=none",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_CPU",
+                "SchedulerType=sched/backfill",
+                "AccountingStorageType=accounting_storage/none",
+                "JobAcctGatherType=jobacct_gather/none",
+                "JobCompType=jobcomp/none",
+                "ReturnToService=2",
+                "SlurmdParameters=config_overrides",
+                "KillWait=5",
+                "MinJobAge=600",
+                "InactiveLimit=0",
+                "Waittime=0",
+                "SlurmdTimeout=60",
+                "JobRequeue=1",
+                "MaxJobCount=1000",
+                f"NodeName={host} CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
+                "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO",
+            ]
+        )
+        + "\n"
+    )
 
 
 class Cluster:
@@ -89,7 +124,7 @@ class Cluster:
         self.processes: dict[str, subprocess.Popen] = {}
         self.env = {**os.environ, "SLURM_CONF": str(self.folder / "slurm.conf")}
 
-    def start(self, timeout: float = 60) -> "Cluster":
+    def start(self, timeout: float = 60) -> Cluster:
         for part in ("state", "spool", "munge"):
             (self.folder / part).mkdir(parents=True, exist_ok=True)
         key = self.folder / "munge" / "munge.key"
@@ -99,9 +134,19 @@ class Cluster:
         os.chmod(key, 0o400)
         (self.folder / "slurm.conf").write_text(slurm_conf(self.folder, self.host, self.cpus, self.memory_mb))
         try:
-            self._spawn("munged", ["munged", "--foreground", "--force", f"--key-file={key}",
-                                   f"--socket={self.folder / 'munge.socket'}", f"--pid-file={self.folder / 'munge' / 'munged.pid'}",
-                                   f"--log-file={self.folder / 'munged.log'}", f"--seed-file={self.folder / 'munge' / 'munged.seed'}"])  # fmt: skip
+            self._spawn(
+                "munged",
+                [
+                    "munged",
+                    "--foreground",
+                    "--force",
+                    f"--key-file={key}",
+                    f"--socket={self.folder / 'munge.socket'}",
+                    f"--pid-file={self.folder / 'munge' / 'munged.pid'}",
+                    f"--log-file={self.folder / 'munged.log'}",
+                    f"--seed-file={self.folder / 'munge' / 'munged.seed'}",
+                ],
+            )
             self._wait(lambda: (self.folder / "munge.socket").exists(), timeout, "munged's socket")
             self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.folder / "slurm.conf")])
             self._wait(lambda: self._ok(["scontrol", "ping"], "UP"), timeout, "slurmctld to answer")
@@ -114,8 +159,9 @@ class Cluster:
 
     def _spawn(self, name: str, command: list[str]) -> None:
         log = open(self.folder / f"{name}.out", "ab")
-        self.processes[name] = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                                start_new_session=True)  # fmt: skip
+        self.processes[name] = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
 
     def _ok(self, command: list[str], expected: str) -> bool:
         done = subprocess.run(command, env=self.env, capture_output=True, text=True)
@@ -155,8 +201,12 @@ class Cluster:
 
 def environment(cluster: Cluster) -> dict:
     """What a command of the tests runs with: the cluster's ``SLURM_CONF``, the venv first on PATH."""
-    return {**cluster.env, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "WANDB_MODE": "disabled",
-            "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    return {
+        **cluster.env,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "WANDB_MODE": "disabled",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def run(cluster: Cluster, args, cwd, timeout=900, check=True) -> subprocess.CompletedProcess:
@@ -173,7 +223,10 @@ if __name__ == "__main__":
         sys.exit(why)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stop the daemons on SIGTERM too
     cluster = Cluster(sys.argv[1]).start()
-    print(f"export SLURM_CONF={cluster.env['SLURM_CONF']}   # up: {cluster.host}, {cluster.cpus} CPUs; Ctrl-C stops it", flush=True)
+    print(
+        f"export SLURM_CONF={cluster.env['SLURM_CONF']}   # up: {cluster.host}, {cluster.cpus} CPUs; Ctrl-C stops it",
+        flush=True,
+    )
     try:
         signal.pause()
     except (KeyboardInterrupt, SystemExit):

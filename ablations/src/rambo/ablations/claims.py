@@ -41,21 +41,79 @@ class Claim:
 
 
 CLAIMS = (
-    Claim("RaMBO beats the contrastive baseline (Table 2)", "retrieval", "sop", "rambo_recall_log", "contrastive",
-          "R@1", 77.8, 42.0, "the paper's contrastive row is GoogLeNet"),
-    Claim("The margin matters (Table 7)", "retrieval", "sop", "rambo_recall-table7_full", "rambo_recall-no_margin",
-          "R@1", 78.6, None, "without margin the paper's SOP run diverged; CUB: 64.0 vs 63.2"),
-    Claim("The batch memory helps (Table 7)", "retrieval", "sop", "rambo_recall-table7_full", "rambo_recall-no_memory",
-          "R@1", 78.6, 72.4),
-    Claim("The margin helps detection (Table 8, lambda 0.5)", "detection", "r50_07", "rambo", "rambo-lam0.5-nomargin",
-          "AP50", 75.7, 74.6),
-    Claim("RaMBO, lambda 0.5 (the chosen one), beats CE (Table 8)", "detection", "r50_07", "rambo", "ce",
-          "AP50", 75.7, 74.2),
-    Claim("RaMBO, lambda 0.1 (5x smaller), beats CE (Table 8)", "detection", "r50_07", "rambo-lam0.1", "ce",
-          "AP50", 75.2, 74.2),
-    Claim("RaMBO, lambda 2.5 (5x larger), beats CE (Table 8)", "detection", "r50_07", "rambo-lam2.5", "ce",
-          "AP50", 74.3, 74.2),
-)  # fmt: skip
+    Claim(
+        "RaMBO beats the contrastive baseline (Table 2)",
+        "retrieval",
+        "sop",
+        "rambo_recall_log",
+        "contrastive",
+        "R@1",
+        77.8,
+        42.0,
+        "the paper's contrastive row is GoogLeNet",
+    ),
+    Claim(
+        "The margin matters (Table 7)",
+        "retrieval",
+        "sop",
+        "rambo_recall-table7_full",
+        "rambo_recall-no_margin",
+        "R@1",
+        78.6,
+        None,
+        "without margin the paper's SOP run diverged; CUB: 64.0 vs 63.2",
+    ),
+    Claim(
+        "The batch memory helps (Table 7)",
+        "retrieval",
+        "sop",
+        "rambo_recall-table7_full",
+        "rambo_recall-no_memory",
+        "R@1",
+        78.6,
+        72.4,
+    ),
+    Claim(
+        "The margin helps detection (Table 8, lambda 0.5)",
+        "detection",
+        "r50_07",
+        "rambo",
+        "rambo-lam0.5-nomargin",
+        "AP50",
+        75.7,
+        74.6,
+    ),
+    Claim(
+        "RaMBO, lambda 0.5 (the chosen one), beats CE (Table 8)",
+        "detection",
+        "r50_07",
+        "rambo",
+        "ce",
+        "AP50",
+        75.7,
+        74.2,
+    ),
+    Claim(
+        "RaMBO, lambda 0.1 (5x smaller), beats CE (Table 8)",
+        "detection",
+        "r50_07",
+        "rambo-lam0.1",
+        "ce",
+        "AP50",
+        75.2,
+        74.2,
+    ),
+    Claim(
+        "RaMBO, lambda 2.5 (5x larger), beats CE (Table 8)",
+        "detection",
+        "r50_07",
+        "rambo-lam2.5",
+        "ce",
+        "AP50",
+        74.3,
+        74.2,
+    ),
+)
 
 
 def evaluate_claims(read_values, run_map: dict) -> list[dict]:
@@ -69,9 +127,20 @@ def evaluate_claims(read_values, run_map: dict) -> list[dict]:
         a, b = (read_values(claim.task, e, claim.metric) for e in experiments)
         mean, low, high = paired_interval(a, b)
         paper = None if None in (claim.paper_a, claim.paper_b) else claim.paper_a - claim.paper_b
-        rows.append({"claim": claim.text, "metric": claim.metric, "experiments": experiments,
-                     "paper": [claim.paper_a, claim.paper_b], "paper_difference": paper, "paper_note": claim.paper_note,
-                     "values": [a, b], "difference": mean, "interval": [low, high], "verdict": verdict(low, high)})  # fmt: skip
+        rows.append(
+            {
+                "claim": claim.text,
+                "metric": claim.metric,
+                "experiments": experiments,
+                "paper": [claim.paper_a, claim.paper_b],
+                "paper_difference": paper,
+                "paper_note": claim.paper_note,
+                "values": [a, b],
+                "difference": mean,
+                "interval": [low, high],
+                "verdict": verdict(low, high),
+            }
+        )
     return rows
 
 
@@ -89,27 +158,42 @@ def minibatch_bias_claims(figure_json: Path) -> list[dict]:
         difference = 100 * (first["mean"] - second["mean"])  # bias(first) - bias(second): the true mAP cancels
         half = 100 * Z_975 * math.sqrt(first["std"] ** 2 / first["batches"] + second["std"] ** 2 / second["batches"])
         low, high = difference - half, difference + half
-        return {"difference": difference, "interval": [low, high], "verdict": verdict(low, high),
-                "values": [100 * (first["mean"] - true_map), 100 * (second["mean"] - true_map)]}  # fmt: skip
+        return {
+            "difference": difference,
+            "interval": [low, high],
+            "verdict": verdict(low, high),
+            "values": [100 * (first["mean"] - true_map), 100 * (second["mean"] - true_map)],
+        }
 
     return [
-        {"claim": f"Mini-batch mAP is biased less at batch {largest['batch_size']} than at {smallest['batch_size']} (Fig. 2)",
-         "metric": "bias of mAP", "experiments": ["fig2_minibatch_map", "fig2_minibatch_map"], "paper": [None, None],
-         "paper_difference": None, "paper_note": "the paper shows it as a figure",
-         **bias_difference(smallest["no memory"], largest["no memory"])},
-        {"claim": f"The score memory shrinks the bias at batch {smallest['batch_size']} (Fig. 2)",
-         "metric": "bias of mAP", "experiments": ["fig2_minibatch_map", "fig2_minibatch_map"], "paper": [None, None],
-         "paper_difference": None, "paper_note": "the paper shows it as a figure",
-         **bias_difference(smallest["no memory"], smallest[memory])},
-    ]  # fmt: skip
+        {
+            "claim": f"Mini-batch mAP is biased less at batch {largest['batch_size']} than at {smallest['batch_size']} (Fig. 2)",
+            "metric": "bias of mAP",
+            "experiments": ["fig2_minibatch_map", "fig2_minibatch_map"],
+            "paper": [None, None],
+            "paper_difference": None,
+            "paper_note": "the paper shows it as a figure",
+            **bias_difference(smallest["no memory"], largest["no memory"]),
+        },
+        {
+            "claim": f"The score memory shrinks the bias at batch {smallest['batch_size']} (Fig. 2)",
+            "metric": "bias of mAP",
+            "experiments": ["fig2_minibatch_map", "fig2_minibatch_map"],
+            "paper": [None, None],
+            "paper_difference": None,
+            "paper_note": "the paper shows it as a figure",
+            **bias_difference(smallest["no memory"], smallest[memory]),
+        },
+    ]
 
 
 def _number(value: float | None) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:+.1f}"
 
 
-def claims_markdown(rows: list[dict], profile: str, seeds: list[int], machines: str = "",
-                    second: dict | None = None) -> str:  # fmt: skip
+def claims_markdown(
+    rows: list[dict], profile: str, seeds: list[int], machines: str = "", second: dict | None = None
+) -> str:
     """The claims table; ``machines``: where the runs came from; ``second``: the profile's
     ``tables.second_draw`` (``label``, ``machines``), whose per-claim results the rows carry
     (``row["second_draw"]``): one more column, the verdict on that draw and whether it agrees."""
@@ -139,12 +223,16 @@ def claims_markdown(rows: list[dict], profile: str, seeds: list[int], machines: 
         a, b = row["values"]
         mine = " vs ".join(f"{statistics.fmean(v):.1f}" if isinstance(v, list) else f"{v:.1f}" for v in (a, b))
         low, high = row["interval"]
-        line = (f"| {row['claim']} | {paper} | {_number(row['paper_difference'])} | {mine} | "
-                f"{row['difference']:+.1f} [{_number(low)}, {_number(high)}] | {row['verdict']} |")  # fmt: skip
+        line = (
+            f"| {row['claim']} | {paper} | {_number(row['paper_difference'])} | {mine} | "
+            f"{row['difference']:+.1f} [{_number(low)}, {_number(high)}] | {row['verdict']} |"
+        )
         if second:
             other = row["second_draw"]
             other_low, other_high = other["interval"]
-            line += (f" {other['difference']:+.1f} [{_number(other_low)}, {_number(other_high)}], {other['verdict']} |"
-                     f" {'yes' if other['same_verdict'] else 'no'} |")  # fmt: skip
+            line += (
+                f" {other['difference']:+.1f} [{_number(other_low)}, {_number(other_high)}], {other['verdict']} |"
+                f" {'yes' if other['same_verdict'] else 'no'} |"
+            )
         lines.append(line)
     return "\n".join(lines) + "\n"

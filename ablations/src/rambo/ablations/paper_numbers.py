@@ -43,39 +43,59 @@ PAPER_PROTOCOL = "Retrieval cells follow the paper's protocol (best test R@1 ove
 
 TABLES = (
     Table(
-        "table2", "Table 2: Stanford Online Products, Recall@K (%)", ("R@1", "R@10", "R@100", "R@1000"),
-        _recall_rows("sop", (1, 10, 100, 1000), (
-            ("RaMBO log", "rambo_recall_log", (77.8, 90.1, 95.9, 98.7)),
-            ("RaMBO loglog", "rambo_recall_loglog", (78.6, 90.5, 96.0, 98.7)),
-            ("Contrastive (paper: GoogLeNet)", "contrastive", (42.0, 58.2, 73.8, 89.1)),
-            ("FastAP", "fastap", (76.4, 89.1, 95.4, 98.5)),
-            ("Smooth-AP (Brown et al. 2020, after the paper)", "smoothap", NONE4),
-            ("Recall@k surrogate + SiMix", "recall_at_k_surrogate_simix", NONE4),
-        )),
+        "table2",
+        "Table 2: Stanford Online Products, Recall@K (%)",
+        ("R@1", "R@10", "R@100", "R@1000"),
+        _recall_rows(
+            "sop",
+            (1, 10, 100, 1000),
+            (
+                ("RaMBO log", "rambo_recall_log", (77.8, 90.1, 95.9, 98.7)),
+                ("RaMBO loglog", "rambo_recall_loglog", (78.6, 90.5, 96.0, 98.7)),
+                ("Contrastive (paper: GoogLeNet)", "contrastive", (42.0, 58.2, 73.8, 89.1)),
+                ("FastAP", "fastap", (76.4, 89.1, 95.4, 98.5)),
+                ("Smooth-AP (Brown et al. 2020, after the paper)", "smoothap", NONE4),
+                ("Recall@k surrogate + SiMix", "recall_at_k_surrogate_simix", NONE4),
+            ),
+        ),
         PAPER_PROTOCOL,
     ),
     Table(
-        "table3", "Table 3: CUB-200-2011, Recall@K (%)", ("R@1", "R@2", "R@4", "R@8"),
-        _recall_rows("cub", (1, 2, 4, 8), (
-            ("RaMBO log", "rambo_recall_log", (63.5, 74.8, 84.1, 90.4)),
-            ("RaMBO loglog", "rambo_recall_loglog", (64.0, 75.3, 84.1, 90.6)),
-            ("Contrastive (paper: GoogLeNet)", "contrastive", (26.4, 37.7, 49.8, 62.3)),
-            ("Recall@k surrogate + SiMix", "recall_at_k_surrogate_simix", NONE4),
-        )),
+        "table3",
+        "Table 3: CUB-200-2011, Recall@K (%)",
+        ("R@1", "R@2", "R@4", "R@8"),
+        _recall_rows(
+            "cub",
+            (1, 2, 4, 8),
+            (
+                ("RaMBO log", "rambo_recall_log", (63.5, 74.8, 84.1, 90.4)),
+                ("RaMBO loglog", "rambo_recall_loglog", (64.0, 75.3, 84.1, 90.6)),
+                ("Contrastive (paper: GoogLeNet)", "contrastive", (26.4, 37.7, 49.8, 62.3)),
+                ("Recall@k surrogate + SiMix", "recall_at_k_surrogate_simix", NONE4),
+            ),
+        ),
         PAPER_PROTOCOL,
     ),
     Table(
-        "table4", "Table 4: In-shop Clothes, Recall@K (%)", ("R@1", "R@10", "R@20", "R@30", "R@50"),
-        _recall_rows("inshop", (1, 10, 20, 30, 50), (
-            ("RaMBO log", "rambo_recall_log", (88.1, 97.0, 97.9, 98.4, 98.8)),
-            ("RaMBO loglog", "rambo_recall_loglog", (86.3, 96.2, 97.4, 97.9, 98.5)),
-            ("FastAP (paper: Matlab code)", "fastap", (90.9, 97.7, 98.5, 98.8, 99.1)),
-            ("Recall@k surrogate + SiMix", "recall_at_k_surrogate_simix", NONE5),
-        )),
+        "table4",
+        "Table 4: In-shop Clothes, Recall@K (%)",
+        ("R@1", "R@10", "R@20", "R@30", "R@50"),
+        _recall_rows(
+            "inshop",
+            (1, 10, 20, 30, 50),
+            (
+                ("RaMBO log", "rambo_recall_log", (88.1, 97.0, 97.9, 98.4, 98.8)),
+                ("RaMBO loglog", "rambo_recall_loglog", (86.3, 96.2, 97.4, 97.9, 98.5)),
+                ("FastAP (paper: Matlab code)", "fastap", (90.9, 97.7, 98.5, 98.8, 99.1)),
+                ("Recall@k surrogate + SiMix", "recall_at_k_surrogate_simix", NONE5),
+            ),
+        ),
         PAPER_PROTOCOL,
     ),
     Table(
-        "table7", "Table 7: retrieval ablations, R@1 (%)", ("CUB200", "In-shop", "Online Products"),
+        "table7",
+        "Table 7: retrieval ablations, R@1 (%)",
+        ("CUB200", "In-shop", "Online Products"),
         tuple(
             (label, tuple(Cell("retrieval", d, method, "R@1", p) for d, p in zip(("cub", "inshop", "sop"), paper)))
             for label, method, paper in (
@@ -92,7 +112,9 @@ TABLES = (
         show_runs=True,
     ),
     Table(
-        "table5", "Table 5: Faster R-CNN, AP50 (%) on VOC 2007 test", ("CE", "RaMBO"),
+        "table5",
+        "Table 5: Faster R-CNN, AP50 (%) on VOC 2007 test",
+        ("CE", "RaMBO"),
         tuple(
             (label, (Cell("detection", setting, "ce", "AP50", ce), Cell("detection", setting, "rambo", "AP50", rambo)))
             for label, setting, ce, rambo in (
@@ -104,7 +126,9 @@ TABLES = (
         ),
     ),
     Table(
-        "table8", "Table 8: RaMBO ablation on detection (ResNet-50, VOC 07), AP50 (%)", ("AP50",),
+        "table8",
+        "Table 8: RaMBO ablation on detection (ResNet-50, VOC 07), AP50 (%)",
+        ("AP50",),
         tuple(
             (label, (Cell("detection", "r50_07", method, "AP50", paper),))
             for label, method, paper in (

@@ -148,7 +148,9 @@ def check(ledger: dict, compose=compose_experiment) -> list[Finding]:
         covered = set(section.get("experiments_covered", []))
         for experiment in sorted(set(experiments) ^ covered):
             where = "has no ledger entry list" if experiment in experiments else "is not a paper experiment of the app"
-            findings.append(Finding(app, experiment, "experiments_covered", "drift", None, None, f"the experiment {where}"))
+            findings.append(
+                Finding(app, experiment, "experiments_covered", "drift", None, None, f"the experiment {where}")
+            )
         for experiment in experiments:
             config = compose(app, experiment)
             for key, entry in entries_for(section, experiment).items():
@@ -225,14 +227,18 @@ def missing_deviation_rows(ledger: dict, readme: str) -> list[str]:
         if row is None:
             problems.append(f"{app}: {entry['key']} keeps a deviation but names no readme_row")
         elif row not in rows:
-            problems.append(f"{app}: {entry['key']} keeps a deviation; the README's deviations table has no row {row!r}")
+            problems.append(
+                f"{app}: {entry['key']} keeps a deviation; the README's deviations table has no row {row!r}"
+            )
     return sorted(set(problems))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ledger", type=Path, default=LEDGER)
-    parser.add_argument("--readme", type=Path, default=README, help="whose deviations table must hold the ledger's deviations")
+    parser.add_argument(
+        "--readme", type=Path, default=README, help="whose deviations table must hold the ledger's deviations"
+    )
     parser.add_argument("--show-open", action="store_true", help="also list the open entries and those decided in code")
     args = parser.parse_args(argv)
     ledger = load_ledger(args.ledger)
@@ -244,9 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     opened = [f for f in findings if f.kind == "open"]
     for finding in drift + (opened + [f for f in findings if f.kind == "code"] if args.show_open else []):
         print(finding.line())
-    print(f"ledger check: {len(drift)} drifted, {len(opened)} open (known, not fixed yet), "
-          f"{sum(f.kind == 'code' for f in findings)} decided in code; "
-          f"{sum('deviation' in e for _, e in all_entries(ledger))} deviations kept, {len(rows)} undeclared or missing from the README")  # fmt: skip
+    print(
+        f"ledger check: {len(drift)} drifted, {len(opened)} open (known, not fixed yet), "
+        f"{sum(f.kind == 'code' for f in findings)} decided in code; "
+        f"{sum('deviation' in e for _, e in all_entries(ledger))} deviations kept, {len(rows)} undeclared or missing from the README"
+    )
     return 1 if drift or rows else 0
 
 

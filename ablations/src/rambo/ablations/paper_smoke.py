@@ -32,7 +32,9 @@ KEPT = ("results/draws",)
 # What a paper-smoke copy writes: the paper's models' checkpoints (ResNet-50/101, ResNeXt-101 with
 # optimiser state: about 10 GB for the 40 stages) and stand-in data; measured 9.9 GB (issue 21).
 NEEDED_GB = 11  # under GENERATED but an input: the committed runs of other machines (tables' second draw)
-STAND_IN_TORCH_HOME = "data/stand-in/torch"  # TORCH_HOME of the smoke's pipeline: its hub cache holds the stand-in weights
+STAND_IN_TORCH_HOME = (
+    "data/stand-in/torch"  # TORCH_HOME of the smoke's pipeline: its hub cache holds the stand-in weights
+)
 STAND_IN_WEIGHTS_SUMS = "data/stand-in/SHA256SUMS"  # the profile's --weights-sums
 
 
@@ -41,12 +43,15 @@ def copy_repository(destination: Path, profile: str) -> Path:
     outputs, DVC without git, and ``params.yaml`` of ``profile``."""
     if shutil.which("git") is None:
         raise SystemExit("git is needed to list the repository's files")
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     if destination.exists():
         shutil.rmtree(destination)
     for name in filter(None, listed.split("\0")):
-        if any(name == g or name.startswith(f"{g}/") for g in GENERATED) and not name.startswith(tuple(f"{k}/" for k in KEPT)):
+        if any(name == g or name.startswith(f"{g}/") for g in GENERATED) and not name.startswith(
+            tuple(f"{k}/" for k in KEPT)
+        ):
             continue
         source = REPO / name
         if source.is_file():
@@ -96,8 +101,11 @@ def write_stand_in_weights(torch_home: Path, sums: Path) -> list[Path]:
     from rambo.retrieval.prepare import STAGE as retrieval
 
     paper = REPO / "ablations" / "profiles" / "paper.yaml"
-    names = {item.filename: item.url for stage in (retrieval, detection)
-             for item in stage.weights_files(rows_of_params(paper, stage.task), ["profile=paper"])}  # fmt: skip
+    names = {
+        item.filename: item.url
+        for stage in (retrieval, detection)
+        for item in stage.weights_files(rows_of_params(paper, stage.task), ["profile=paper"])
+    }
     folder = torch_home / "hub" / "checkpoints"
     folder.mkdir(parents=True, exist_ok=True)
     files = []
@@ -137,8 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(args.out / "repo")
     free_gb = shutil.disk_usage(args.out).free / 1e9
     if free_gb < NEEDED_GB:
-        print(f"FAILED: {args.out} has {free_gb:.1f} GB free; paper-smoke writes about {NEEDED_GB} GB there "
-              "(the paper models' checkpoints). Free some space or pass --out on a larger disk.", file=sys.stderr)  # fmt: skip
+        print(
+            f"FAILED: {args.out} has {free_gb:.1f} GB free; paper-smoke writes about {NEEDED_GB} GB there "
+            "(the paper models' checkpoints). Free some space or pass --out on a larger disk.",
+            file=sys.stderr,
+        )
         return 1
     repo = copy_repository(args.out / "repo", args.profile)
     started = time.monotonic()
@@ -156,15 +167,26 @@ def main(argv: list[str] | None = None) -> int:
     # the data stages' weights check ran on every stand-in (its line per file checked)
     checked = set(re.findall(r"^weights: \S+ (\S+) SHA-256 [0-9a-f]+\.\.\. as expected$", first, re.MULTILINE))
     unchecked = sorted(str(w) for w in stand_in_weights if str(w) not in checked)
-    summary = {"profile": args.profile, "wall_seconds": round(seconds), "stages": stages,
-               "second_repro_ran": rerun, "table_cells_filled": filled, "table_cells_missing": missing,
-               "weights_checked": sorted(checked), "weights_unchecked": unchecked}  # fmt: skip
+    summary = {
+        "profile": args.profile,
+        "wall_seconds": round(seconds),
+        "stages": stages,
+        "second_repro_ran": rerun,
+        "table_cells_filled": filled,
+        "table_cells_missing": missing,
+        "weights_checked": sorted(checked),
+        "weights_unchecked": unchecked,
+    }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"\n{args.profile}: {len(stages)} stages in {seconds:.0f} s; {filled} table cells filled; "
-          f"second dvc repro ran {len(rerun)} stages; summary: {args.out / 'summary.json'}")  # fmt: skip
+    print(
+        f"\n{args.profile}: {len(stages)} stages in {seconds:.0f} s; {filled} table cells filled; "
+        f"second dvc repro ran {len(rerun)} stages; summary: {args.out / 'summary.json'}"
+    )
     if rerun or missing or not filled or unchecked:
-        print(f"FAILED: second repro ran {rerun}; runs in no table cell: {missing}; weights not checked: {unchecked}",
-              file=sys.stderr)
+        print(
+            f"FAILED: second repro ran {rerun}; runs in no table cell: {missing}; weights not checked: {unchecked}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

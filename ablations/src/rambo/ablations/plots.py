@@ -47,7 +47,9 @@ def curve_records(runs: Path, task: str, seeds: list[int]) -> tuple[list[dict], 
             if task == "retrieval" and isinstance(record.get("test/R@1"), (int, float)):
                 evaluations.append({**base, "epoch": record["epoch"], "R@1": 100.0 * record["test/R@1"]})
         if task == "detection":
-            points = {h["epoch"]: h["AP50"] for h in metrics.get("history", []) if isinstance(h.get("AP50"), (int, float))}
+            points = {
+                h["epoch"]: h["AP50"] for h in metrics.get("history", []) if isinstance(h.get("AP50"), (int, float))
+            }
             if isinstance(metrics.get("AP50"), (int, float)):
                 points[metrics.get("epochs", max(points, default=0))] = metrics["AP50"]
             evaluations += [{**base, "epoch": epoch, "AP50": 100.0 * value} for epoch, value in sorted(points.items())]
@@ -66,8 +68,10 @@ def table_records(built: dict) -> list[dict]:
             if cell["status"] != "ok":
                 continue
             label = row["label"] if len(columns) == 1 else f"{row['label']} | {column}"
-            records += [{"row": label, "seed": f"seed {i}", "value": value, "experiment": cell["experiment"]}
-                        for i, value in enumerate(cell["values"])]  # fmt: skip
+            records += [
+                {"row": label, "seed": f"seed {i}", "value": value, "experiment": cell["experiment"]}
+                for i, value in enumerate(cell["values"])
+            ]
     return records
 
 
@@ -78,8 +82,10 @@ def lambda_records(table8: dict) -> list[dict]:
         match = LAMBDA_ROW.search(row["label"])
         cell = row["cells"][0]
         if match and cell["status"] == "ok":
-            records += [{"lambda": float(match.group(1)), "margin": match.group(2), "seed": f"seed {i}", "AP50": value}
-                        for i, value in enumerate(cell["values"])]  # fmt: skip
+            records += [
+                {"lambda": float(match.group(1)), "margin": match.group(2), "seed": f"seed {i}", "AP50": value}
+                for i, value in enumerate(cell["values"])
+            ]
     return sorted(records, key=lambda r: (r["margin"], r["lambda"], r["seed"]))
 
 

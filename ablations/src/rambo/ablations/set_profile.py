@@ -25,8 +25,13 @@ PROFILES = ABLATIONS / "profiles"
 def committed_text(params: Path) -> str | None:
     """``params`` as committed in git's HEAD, or None (no git, not a repository, not tracked)."""
     try:
-        shown = subprocess.run(["git", "show", f"HEAD:./{params.name}"], cwd=params.resolve().parent,
-                               capture_output=True, text=True, timeout=30)  # fmt: skip
+        shown = subprocess.run(
+            ["git", "show", f"HEAD:./{params.name}"],
+            cwd=params.resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return shown.stdout if shown.returncode == 0 else None

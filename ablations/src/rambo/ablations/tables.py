@@ -26,6 +26,7 @@ import statistics
 from pathlib import Path
 
 import yaml
+
 from rambo.harness.atomic import write_text
 from rambo.harness.provenance import machine_label
 from rambo.harness.run import wandb_group
@@ -50,7 +51,9 @@ def parse_seeds(value) -> list[int]:
     try:
         seeds = [int(str(item).strip()) for item in items]
     except ValueError:
-        raise ValueError(f"params 'seeds' must be integers separated by commas (a Hydra sweep such as 0,1,2), got {value!r}") from None
+        raise ValueError(
+            f"params 'seeds' must be integers separated by commas (a Hydra sweep such as 0,1,2), got {value!r}"
+        ) from None
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"params 'seeds' must name at least one seed, each once, got {value!r}")
     return seeds
@@ -84,20 +87,30 @@ def machines_text(machines: dict[str, int]) -> str:
     """``Runs made on: <label> (24 runs); <label> (3 runs).``"""
     if not machines:
         return "Runs made on: no run read."
-    return "Runs made on: " + "; ".join(f"{label} ({n} run{'s' if n != 1 else ''})" for label, n in machines.items()) + "."
+    return (
+        "Runs made on: " + "; ".join(f"{label} ({n} run{'s' if n != 1 else ''})" for label, n in machines.items()) + "."
+    )
 
 
 def collect_cell(cell: Cell, runs: Path, run_map: dict, seeds: list[int]) -> dict:
     experiment = run_map.get(f"{cell.task}/{cell.dataset}/{cell.method}")
-    result = {"dataset": cell.dataset, "method": cell.method, "experiment": experiment, "metric": cell.metric,
-              "paper": cell.paper}  # fmt: skip
+    result = {
+        "dataset": cell.dataset,
+        "method": cell.method,
+        "experiment": experiment,
+        "metric": cell.metric,
+        "paper": cell.paper,
+    }
     if experiment is None:
         return {**result, "status": "not run in this profile"}
     values = run_values(runs, cell.task, experiment, seeds, cell.metric)
     return {
-        **result, "status": "ok", "values": values, "mean": statistics.fmean(values),
+        **result,
+        "status": "ok",
+        "values": values,
+        "mean": statistics.fmean(values),
         "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-    }  # fmt: skip
+    }
 
 
 def format_cell(cell: dict) -> str:
@@ -108,12 +121,15 @@ def format_cell(cell: dict) -> str:
 
 
 def build_table(table: Table, runs: Path, run_map: dict, seeds: list[int]) -> dict:
-    rows = [{"label": label, "cells": [collect_cell(c, runs, run_map, seeds) for c in cells]}
-            for label, cells in table.rows]  # fmt: skip
+    rows = [
+        {"label": label, "cells": [collect_cell(c, runs, run_map, seeds) for c in cells]} for label, cells in table.rows
+    ]
     built = {"key": table.key, "title": table.title, "columns": list(table.columns), "rows": rows, "note": table.note}
     if table.show_runs:
-        built["runs"] = {column: [row["cells"][i]["experiment"] for row in rows if row["cells"][i]["experiment"]]
-                         for i, column in enumerate(table.columns)}  # fmt: skip
+        built["runs"] = {
+            column: [row["cells"][i]["experiment"] for row in rows if row["cells"][i]["experiment"]]
+            for i, column in enumerate(table.columns)
+        }
     return built
 
 
@@ -157,25 +173,40 @@ def compare_second_draw(claims: list[dict], second: dict, run_map: dict, seeds: 
     figure2 = Path(second["figure2"]) if with_figure2 and second.get("figure2") else None
     if figure2 is not None and not figure2.is_file():
         raise FileNotFoundError(f"tables.second_draw.figure2: {figure2} is missing")
-    other = {row["claim"]: row for row in evaluate_claims(read_values, run_map) + (minibatch_bias_claims(figure2) if figure2 else [])}
+    other = {
+        row["claim"]: row
+        for row in evaluate_claims(read_values, run_map) + (minibatch_bias_claims(figure2) if figure2 else [])
+    }
     for row in claims:
         if row["claim"] not in other:
             raise ValueError(f"the second draw ({runs}) has no value for the claim {row['claim']!r}")
         match = other[row["claim"]]
-        row["second_draw"] = {"difference": match["difference"], "interval": match["interval"],
-                              "verdict": match["verdict"], "same_verdict": match["verdict"] == row["verdict"]}  # fmt: skip
+        row["second_draw"] = {
+            "difference": match["difference"],
+            "interval": match["interval"],
+            "verdict": match["verdict"],
+            "same_verdict": match["verdict"] == row["verdict"],
+        }
     return machines_text(run_machines(runs, run_map, seeds))
 
 
-def log_to_wandb(built_tables: list[dict], mode: str, project: str, config: dict, directory: Path,
-                 claims: list[dict] | None = None) -> None:  # fmt: skip
+def log_to_wandb(
+    built_tables: list[dict], mode: str, project: str, config: dict, directory: Path, claims: list[dict] | None = None
+) -> None:
     """An aggregate W&B run (group ``<profile>/tables``) with one W&B Table per paper table as the
     markdown shows it, the same numbers as a table of means with its bar chart, and the claims; the
     mode is decided before init (:func:`rambo.harness.wandb_run.decide_mode`: ``WANDB_MODE``, an API
     key or ``~/.netrc``). ``make wandb-report`` puts these tables into the profile's report."""
     profile = config.get("profile")
-    run = start_run(mode, project, group=wandb_group(profile, "tables"), name=f"{profile}-tables" if profile else "tables",
-                    config=config, directory=directory, job_type="tables")  # fmt: skip
+    run = start_run(
+        mode,
+        project,
+        group=wandb_group(profile, "tables"),
+        name=f"{profile}-tables" if profile else "tables",
+        config=config,
+        directory=directory,
+        job_type="tables",
+    )
     if run is None:
         return
     import wandb
@@ -187,14 +218,26 @@ def log_to_wandb(built_tables: list[dict], mode: str, project: str, config: dict
             table.add_data(row["label"], *(format_cell(c) for c in row["cells"]))
             for column, cell in zip(built["columns"], row["cells"]):
                 if cell["status"] == "ok":
-                    numbers.add_data(row["label"], column, cell["mean"], cell["std"], cell["paper"], len(cell["values"]))
-        run.log({built["key"]: table, f"{built['key']}_numbers": numbers,
-                 f"{built['key']}_chart": wandb.plot.bar(numbers, "row", "mean", title=built["title"])})  # fmt: skip
+                    numbers.add_data(
+                        row["label"], column, cell["mean"], cell["std"], cell["paper"], len(cell["values"])
+                    )
+        run.log(
+            {
+                built["key"]: table,
+                f"{built['key']}_numbers": numbers,
+                f"{built['key']}_chart": wandb.plot.bar(numbers, "row", "mean", title=built["title"]),
+            }
+        )
     if claims:
         claim_table = wandb.Table(columns=["claim", "paper", "this profile", "interval", "verdict"])
         for claim in claims:
-            claim_table.add_data(claim["claim"], str(claim.get("paper_difference")), str(claim.get("difference")),
-                                 str(claim.get("interval")), str(claim.get("verdict")))  # fmt: skip
+            claim_table.add_data(
+                claim["claim"],
+                str(claim.get("paper_difference")),
+                str(claim.get("difference")),
+                str(claim.get("interval")),
+                str(claim.get("verdict")),
+            )
         run.log({"claims": claim_table})
     run.finish()
 
@@ -205,8 +248,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--params", type=Path, required=True, help="params.yaml (profile, seeds, tables.runs)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--figure2", type=Path, help="fig2_minibatch_map.json, for the mini-batch bias claims")
-    parser.add_argument("--plots", type=Path,
-                        help="folder for the plot data of `dvc plots show` (rambo.ablations.plots)")  # fmt: skip
+    parser.add_argument(
+        "--plots", type=Path, help="folder for the plot data of `dvc plots show` (rambo.ablations.plots)"
+    )
     parser.add_argument("--wandb-mode", default="disabled", choices=["auto", "online", "offline", "disabled"])
     parser.add_argument("--wandb-project", default="rambo-tables")
     args = parser.parse_args(argv)
@@ -228,6 +272,7 @@ def main(argv: list[str] | None = None) -> None:
             for column, cell in zip(built["columns"], row["cells"]):
                 if cell["status"] == "ok":
                     summary[f"{table.key}/{row['label']}/{column}"] = round(cell["mean"], 2)
+
     def read_values(task: str, experiment: str, metric: str) -> list[float]:
         return run_values(args.runs, task, experiment, seeds, metric)
 
@@ -238,16 +283,29 @@ def main(argv: list[str] | None = None) -> None:
         second_machines = compare_second_draw(claims, second, run_map, seeds, args.figure2 is not None)
     claims_text = claims_markdown(claims, profile, seeds, machines, second and {**second, "machines": second_machines})
     write_text(args.out / "claims.md", claims_text)
-    record = {"profile": profile, "seeds": seeds, "machines": machines,
-              **({"second_draw": {**second, "machines": second_machines}} if second else {}), "claims": claims}  # fmt: skip
+    record = {
+        "profile": profile,
+        "seeds": seeds,
+        "machines": machines,
+        **({"second_draw": {**second, "machines": second_machines}} if second else {}),
+        "claims": claims,
+    }
     write_text(args.out / "claims.json", json.dumps(record, indent=2) + "\n")
     sections.append(claims_text)
-    write_text(args.out / "tables.md", f"## Reproduced tables (profile `{profile}`)\n\n{machines}\n\n" + "\n".join(sections))
+    write_text(
+        args.out / "tables.md", f"## Reproduced tables (profile `{profile}`)\n\n{machines}\n\n" + "\n".join(sections)
+    )
     write_text(args.out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     if args.plots:
         write_plot_data(args.runs, seeds, built_tables, args.plots)
-    log_to_wandb(built_tables, args.wandb_mode, args.wandb_project, {"profile": profile, "seeds": seeds, "machines": machines},
-                 Path.cwd(), claims)
+    log_to_wandb(
+        built_tables,
+        args.wandb_mode,
+        args.wandb_project,
+        {"profile": profile, "seeds": seeds, "machines": machines},
+        Path.cwd(),
+        claims,
+    )
     print(f"tables written to {args.out}/tables.md")
 
 

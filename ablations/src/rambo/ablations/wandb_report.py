@@ -48,28 +48,58 @@ def build_report(params: dict, entity: str):
     profile, run_map = params["profile"], params["tables"]["runs"]
     blocks = [
         wr.H1(f"RaMBO reproduction, profile {profile}"),
-        wr.P(f"Runs of the profile '{profile}' (W&B groups {profile}/<experiment>), seeds {params['seeds']}. "
-             "Bars: mean over seeds with their standard deviation; the README's tables hold the same numbers."),
+        wr.P(
+            f"Runs of the profile '{profile}' (W&B groups {profile}/<experiment>), seeds {params['seeds']}. "
+            "Bars: mean over seeds with their standard deviation; the README's tables hold the same numbers."
+        ),
         wr.TableOfContents(),
-    ]  # fmt: skip
+    ]
     for table in TABLES:
         task, experiments = table_experiments(table, run_map)
         if not experiments:
             continue
-        runset = wr.Runset(entity=entity, project=PROJECTS[task], name=f"{table.key}, profile {profile}",
-                           filters=f"Config('profile') == '{profile}' and Config('experiment_name') in {experiments}")  # fmt: skip
-        by_experiment = {"groupby": wr.Config("experiment_name"), "groupby_aggfunc": "mean", "groupby_rangefunc": "stddev"}
-        panels = [wr.BarPlot(title=f"{table.title}: {HEADLINE[task]} per experiment", metrics=[wr.SummaryMetric(HEADLINE[task])],
-                             **by_experiment)]  # fmt: skip
-        panels += [wr.LinePlot(title=f"{metric} per epoch", x="Step", y=[metric], **by_experiment) for metric in CURVES[task]]
+        runset = wr.Runset(
+            entity=entity,
+            project=PROJECTS[task],
+            name=f"{table.key}, profile {profile}",
+            filters=f"Config('profile') == '{profile}' and Config('experiment_name') in {experiments}",
+        )
+        by_experiment = {
+            "groupby": wr.Config("experiment_name"),
+            "groupby_aggfunc": "mean",
+            "groupby_rangefunc": "stddev",
+        }
+        panels = [
+            wr.BarPlot(
+                title=f"{table.title}: {HEADLINE[task]} per experiment",
+                metrics=[wr.SummaryMetric(HEADLINE[task])],
+                **by_experiment,
+            )
+        ]
+        panels += [
+            wr.LinePlot(title=f"{metric} per epoch", x="Step", y=[metric], **by_experiment) for metric in CURVES[task]
+        ]
         blocks += [wr.H2(table.title), wr.PanelGrid(runsets=[runset], panels=panels)]
-    tables_run = wr.Runset(entity=entity, project=PROJECTS["tables"], name=f"tables, profile {profile}",
-                           filters=f"Config('profile') == '{profile}'")  # fmt: skip
-    logged = [wr.WeavePanelSummaryTable(table_name=table.key) for table in TABLES] + [wr.WeavePanelSummaryTable(table_name="claims")]
-    blocks += [wr.H2("The tables and the paper's claims (the aggregate run of rambo.ablations.tables)"),
-               wr.PanelGrid(runsets=[tables_run], panels=logged)]  # fmt: skip
-    return wr.Report(project=PROJECTS["tables"], entity=entity, title=f"RaMBO reproduction ({profile})",
-                     description=f"Tables, learning curves and claims of the {profile} profile", blocks=blocks)  # fmt: skip
+    tables_run = wr.Runset(
+        entity=entity,
+        project=PROJECTS["tables"],
+        name=f"tables, profile {profile}",
+        filters=f"Config('profile') == '{profile}'",
+    )
+    logged = [wr.WeavePanelSummaryTable(table_name=table.key) for table in TABLES] + [
+        wr.WeavePanelSummaryTable(table_name="claims")
+    ]
+    blocks += [
+        wr.H2("The tables and the paper's claims (the aggregate run of rambo.ablations.tables)"),
+        wr.PanelGrid(runsets=[tables_run], panels=logged),
+    ]
+    return wr.Report(
+        project=PROJECTS["tables"],
+        entity=entity,
+        title=f"RaMBO reproduction ({profile})",
+        description=f"Tables, learning curves and claims of the {profile} profile",
+        blocks=blocks,
+    )
 
 
 def structure(report) -> list[str]:
@@ -78,7 +108,9 @@ def structure(report) -> list[str]:
     for block in report.blocks:
         if type(block).__name__ == "PanelGrid":
             for panel in block.panels:
-                lines.append(f"  {type(panel).__name__}: {getattr(panel, 'title', None) or getattr(panel, 'table_name', '')}")
+                lines.append(
+                    f"  {type(panel).__name__}: {getattr(panel, 'title', None) or getattr(panel, 'table_name', '')}"
+                )
         else:
             lines.append(f"{type(block).__name__}: {getattr(block, 'text', '')}")
     return lines
@@ -87,7 +119,9 @@ def structure(report) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", type=Path, default=Path("params.yaml"))
-    parser.add_argument("--entity", default=os.environ.get("WANDB_ENTITY"), help="W&B team or user (default: the API key's)")
+    parser.add_argument(
+        "--entity", default=os.environ.get("WANDB_ENTITY"), help="W&B team or user (default: the API key's)"
+    )
     parser.add_argument("--print", action="store_true", help="print the report's structure; save nothing")
     args = parser.parse_args(argv)
     params = yaml.safe_load(args.params.read_text())
@@ -97,9 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     from rambo.harness.wandb_run import api_key_available
 
     if not api_key_available():
-        print("make wandb-report needs a W&B API key (WANDB_API_KEY, or `wandb login`) and the network to save a "
-              "report; neither is set up here, so nothing was built. `python -m rambo.ablations.wandb_report --print` "
-              "shows what it would contain.", file=sys.stderr)  # fmt: skip
+        print(
+            "make wandb-report needs a W&B API key (WANDB_API_KEY, or `wandb login`) and the network to save a "
+            "report; neither is set up here, so nothing was built. `python -m rambo.ablations.wandb_report --print` "
+            "shows what it would contain.",
+            file=sys.stderr,
+        )
         return 1
     import wandb
 

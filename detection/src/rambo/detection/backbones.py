@@ -97,7 +97,7 @@ def open_mmlab_to_torchvision(state_dict: dict) -> dict:
     for key, value in state_dict.items():
         for prefix in ("module.", "backbone."):
             if key.startswith(prefix):
-                key = key[len(prefix):]
+                key = key[len(prefix) :]
         if key.startswith("fc."):
             continue
         mapped[key] = value
@@ -148,9 +148,13 @@ def build_backbone(
             network = build_resnet(name, nn.BatchNorm2d)
             load_imagenet_weights(network, name, weights_path)
             frozen = build_resnet(name, FrozenBatchNorm2d)
-            frozen.load_state_dict({k: v for k, v in network.state_dict().items() if not k.endswith("num_batches_tracked")})
+            frozen.load_state_dict(
+                {k: v for k, v in network.state_dict().items() if not k.endswith("num_batches_tracked")}
+            )
             network = frozen
-        trainable = ["layer4", "layer3", "layer2", "layer1", "conv1", "bn1"][: trainable_layers + (trainable_layers == 5)]
+        trainable = ["layer4", "layer3", "layer2", "layer1", "conv1", "bn1"][
+            : trainable_layers + (trainable_layers == 5)
+        ]
         for parameter_name, parameter in network.named_parameters():
             if not any(parameter_name.startswith(layer) for layer in trainable):
                 parameter.requires_grad_(False)

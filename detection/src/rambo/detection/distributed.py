@@ -19,6 +19,7 @@ so a factor on the loss would change lambda, not only the gradient's size.
 from __future__ import annotations
 
 import torch
+
 from rambo.core import scale_gradient
 from rambo.harness.distributed import gather_with_grad, world_size
 

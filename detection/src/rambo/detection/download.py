@@ -31,8 +31,13 @@ _MIRRORS = (
 
 def _voc(year: int, filename: str, md5: str, image_set: str) -> DatasetFile:
     """A VOC tar on its servers, tried in order; ``ready`` is an image-set list only that archive provides."""
-    return DatasetFile(filename, tuple(f"{base.format(year=year)}/{filename}" for base in _MIRRORS), md5=md5,
-                       extract=True, ready=f"VOCdevkit/VOC{year}/ImageSets/Main/{image_set}.txt")  # fmt: skip
+    return DatasetFile(
+        filename,
+        tuple(f"{base.format(year=year)}/{filename}" for base in _MIRRORS),
+        md5=md5,
+        extract=True,
+        ready=f"VOCdevkit/VOC{year}/ImageSets/Main/{image_set}.txt",
+    )
 
 
 # MD5 sums as published with torchvision's VOC loader: every server must give the same bytes.
@@ -48,8 +53,13 @@ def _year_folder(item: DatasetFile) -> str:
     return "/".join(item.ready.split("/")[:2])
 
 
-def fetch(root: str | Path, names: Iterable[str] = tuple(ARCHIVES), show_progress: bool | None = None,
-          mirror: str | None = None, archive_dir: str | Path | None = None) -> list[Path]:  # fmt: skip
+def fetch(
+    root: str | Path,
+    names: Iterable[str] = tuple(ARCHIVES),
+    show_progress: bool | None = None,
+    mirror: str | None = None,
+    archive_dir: str | Path | None = None,
+) -> list[Path]:
     """Put the named VOC archives in place under ``root``; return their year folders, in order.
 
     Data already extracted there is used as it is; otherwise the archive is verified or downloaded

@@ -16,8 +16,16 @@ from .predict import collect_detections
 AP_METHODS = ("area", "11point")
 
 
-def train_one_epoch(model, loader, optimizer, scheduler, flips: torch.Generator, grad_clip_max_norm: float | None = None, *,
-                    options: EngineOptions) -> tuple[dict, int]:  # fmt: skip
+def train_one_epoch(
+    model,
+    loader,
+    optimizer,
+    scheduler,
+    flips: torch.Generator,
+    grad_clip_max_norm: float | None = None,
+    *,
+    options: EngineOptions,
+) -> tuple[dict, int]:
     """One step per ``(images, targets)`` batch of ``loader`` (its length is the epoch's iterations:
     ``schedule.max_iterations_per_epoch`` cuts the loader, :func:`.train.epoch_loader`), random
     horizontal flips drawn from ``flips``, the learning rate stepped every iteration, and the
@@ -43,7 +51,9 @@ def train_one_epoch(model, loader, optimizer, scheduler, flips: torch.Generator,
             losses = model(images, targets)
         loss = sum(losses.values())
         if on_device is None and not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss at {description}, step {step}: { {k: float(v) for k, v in losses.items()} }")
+            raise FloatingPointError(
+                f"non-finite loss at {description}, step {step}: { {k: float(v) for k, v in losses.items()} }"
+            )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if grad_clip_max_norm is not None:
@@ -66,5 +76,7 @@ def evaluate(model, dataset, batch_size: int, num_classes: int, *, options: Engi
     """VOC AP50 of ``model`` on ``dataset`` (kept with its difficult objects) by both AP methods:
     ``{"area": {"map", "ap"}, "11point": {...}}``; ``options`` as in training (device, autocast,
     progress bar)."""
-    predictions, ground_truths = collect_detections(model, dataset, options.device, batch_size, options.show_progress, options.autocast)
+    predictions, ground_truths = collect_detections(
+        model, dataset, options.device, batch_size, options.show_progress, options.autocast
+    )
     return {method: evaluate_voc(predictions, ground_truths, num_classes, method) for method in AP_METHODS}

@@ -23,8 +23,12 @@ def box_iou(boxes: np.ndarray, others: np.ndarray) -> np.ndarray:
     """IoU ``[A, B]`` of corner boxes ``boxes [A, 4]`` and ``others [B, 4]``."""
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     others = np.asarray(others, dtype=np.float64).reshape(-1, 4)
-    width = np.clip(np.minimum(boxes[:, None, 2], others[None, :, 2]) - np.maximum(boxes[:, None, 0], others[None, :, 0]), 0, None)
-    height = np.clip(np.minimum(boxes[:, None, 3], others[None, :, 3]) - np.maximum(boxes[:, None, 1], others[None, :, 1]), 0, None)
+    width = np.clip(
+        np.minimum(boxes[:, None, 2], others[None, :, 2]) - np.maximum(boxes[:, None, 0], others[None, :, 0]), 0, None
+    )
+    height = np.clip(
+        np.minimum(boxes[:, None, 3], others[None, :, 3]) - np.maximum(boxes[:, None, 1], others[None, :, 1]), 0, None
+    )
     intersection = width * height
     area = lambda b: (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])  # noqa: E731
     union = area(boxes)[:, None] + area(others)[None, :] - intersection
@@ -107,7 +111,9 @@ def match_class(detections, ground_truths, iou_threshold: float = IOU_THRESHOLD)
     return ClassCurve(hits, 1.0 - hits, num_positives)
 
 
-def evaluate_voc(predictions, ground_truths, num_classes: int, method: str = "area", iou_threshold: float = IOU_THRESHOLD) -> dict:
+def evaluate_voc(
+    predictions, ground_truths, num_classes: int, method: str = "area", iou_threshold: float = IOU_THRESHOLD
+) -> dict:
     """AP per class and mAP over the classes that have a non-difficult ground truth object.
 
     Args:

@@ -18,15 +18,16 @@ both models: pass one ``generator`` seed to both, or the differences of :func:`d
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from .evaluation import evaluate_voc
 
 
-def map_of_images(predictions: Mapping, ground_truths: Mapping, images: Sequence[str], num_classes: int,
-                  method: str = "area") -> float:  # fmt: skip
+def map_of_images(
+    predictions: Mapping, ground_truths: Mapping, images: Sequence[str], num_classes: int, method: str = "area"
+) -> float:
     """AP50 (``method`` as :func:`evaluate_voc`) of the test images ``images``, repeats counted:
     the ``k``-th copy of an image is evaluated as an image of its own (``<id>#k``)."""
     chosen_predictions, chosen_truths, seen = {}, {}, {}
@@ -38,8 +39,15 @@ def map_of_images(predictions: Mapping, ground_truths: Mapping, images: Sequence
     return evaluate_voc(chosen_predictions, chosen_truths, num_classes, method)["map"]
 
 
-def bootstrap_maps(predictions: Mapping, ground_truths: Mapping, num_classes: int, draws: int, seed: int,
-                   size: int | None = None, method: str = "area") -> np.ndarray:  # fmt: skip
+def bootstrap_maps(
+    predictions: Mapping,
+    ground_truths: Mapping,
+    num_classes: int,
+    draws: int,
+    seed: int,
+    size: int | None = None,
+    method: str = "area",
+) -> np.ndarray:
     """AP50 of ``draws`` bootstrap resamples of ``size`` images (default: as many as there are),
     drawn with replacement by ``numpy.random.default_rng(seed)`` from the sorted image ids."""
     images = sorted(ground_truths)
@@ -48,15 +56,18 @@ def bootstrap_maps(predictions: Mapping, ground_truths: Mapping, num_classes: in
         raise ValueError(f"need draws >= 1 and size >= 1, got {draws} and {size}")
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(images), size=(draws, size))
-    return np.array([map_of_images(predictions, ground_truths, [images[i] for i in row], num_classes, method) for row in picks])
+    return np.array(
+        [map_of_images(predictions, ground_truths, [images[i] for i in row], num_classes, method) for row in picks]
+    )
 
 
-def disjoint_maps(predictions: Mapping, ground_truths: Mapping, num_classes: int, size: int,
-                  method: str = "area") -> np.ndarray:  # fmt: skip
+def disjoint_maps(
+    predictions: Mapping, ground_truths: Mapping, num_classes: int, size: int, method: str = "area"
+) -> np.ndarray:
     """AP50 of each consecutive ``size``-image part of the sorted image ids (a remainder smaller
     than ``size`` is left out)."""
     images = sorted(ground_truths)
     if not 1 <= size <= len(images):
         raise ValueError(f"size must be in 1..{len(images)} (the test images), got {size}")
-    parts = [images[start:start + size] for start in range(0, len(images) - size + 1, size)]
+    parts = [images[start : start + size] for start in range(0, len(images) - size + 1, size)]
     return np.array([map_of_images(predictions, ground_truths, part, num_classes, method) for part in parts])

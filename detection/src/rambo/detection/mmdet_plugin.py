@@ -43,12 +43,27 @@ class RaMBOClassifierLoss(torch.nn.Module):
     already means (over classes and relevant items), so there is nothing to normalise.
     """
 
-    def __init__(self, num_classes: int, margin: float = 0.15, lam: float = 0.5, tau: int = 7,
-                 interclass_coef: float = 1.0 / 3.0, loss_weight: float = 1.0, global_batch: bool = True):
+    def __init__(
+        self,
+        num_classes: int,
+        margin: float = 0.15,
+        lam: float = 0.5,
+        tau: int = 7,
+        interclass_coef: float = 1.0 / 3.0,
+        loss_weight: float = 1.0,
+        global_batch: bool = True,
+    ):
         super().__init__()
-        self.loss = RankClassifierLoss(num_classes, background_label=num_classes, margin=margin, lam=lam, tau=tau,
-                                       interclass_coef=interclass_coef, loss_weight=loss_weight,
-                                       global_batch=global_batch)
+        self.loss = RankClassifierLoss(
+            num_classes,
+            background_label=num_classes,
+            margin=margin,
+            lam=lam,
+            tau=tau,
+            interclass_coef=interclass_coef,
+            loss_weight=loss_weight,
+            global_batch=global_batch,
+        )
 
     custom_cls_channels = True  # mmdet then asks get_cls_channels and scores with get_activation
     custom_activation = False  # mmdet's usual accuracy is kept

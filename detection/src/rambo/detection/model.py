@@ -35,8 +35,11 @@ def build_detector(model, loss, num_classes: int) -> FasterRCNN:
     (mmdetection's 1.0 when absent; torchvision's is 1/9).
     """
     backbone = build_backbone(
-        model["backbone"], pretrained=model["pretrained"], weights_path=model.get("weights_path"),
-        trainable_layers=model["trainable_layers"], fpn_channels=model["fpn_channels"],
+        model["backbone"],
+        pretrained=model["pretrained"],
+        weights_path=model.get("weights_path"),
+        trainable_layers=model["trainable_layers"],
+        fpn_channels=model["fpn_channels"],
         backbone_norm=model.get("backbone_norm", "bn_eval_mode_affine_trainable"),
     )
     # One anchor size per FPN level (P2..P6) and three aspect ratios, as torchvision's default.
@@ -60,18 +63,31 @@ def build_detector(model, loss, num_classes: int) -> FasterRCNN:
     )
     rpn = detector.rpn  # torchvision's, rebuilt with the same parts and numbers plus the border rule
     detector.rpn = BorderAwareRPN(
-        rpn.anchor_generator, rpn.head,
-        fg_iou_thresh=rpn.proposal_matcher.high_threshold, bg_iou_thresh=rpn.proposal_matcher.low_threshold,
-        batch_size_per_image=rpn.fg_bg_sampler.batch_size_per_image, positive_fraction=rpn.fg_bg_sampler.positive_fraction,
-        pre_nms_top_n=rpn._pre_nms_top_n, post_nms_top_n=rpn._post_nms_top_n, nms_thresh=rpn.nms_thresh,
-        score_thresh=rpn.score_thresh, allowed_border=model.get("rpn_allowed_border"),
+        rpn.anchor_generator,
+        rpn.head,
+        fg_iou_thresh=rpn.proposal_matcher.high_threshold,
+        bg_iou_thresh=rpn.proposal_matcher.low_threshold,
+        batch_size_per_image=rpn.fg_bg_sampler.batch_size_per_image,
+        positive_fraction=rpn.fg_bg_sampler.positive_fraction,
+        pre_nms_top_n=rpn._pre_nms_top_n,
+        post_nms_top_n=rpn._post_nms_top_n,
+        nms_thresh=rpn.nms_thresh,
+        score_thresh=rpn.score_thresh,
+        allowed_border=model.get("rpn_allowed_border"),
     )
     detector.roi_heads = ConfigurableLossRoIHeads(
-        roi_pool, box_head, box_predictor,
+        roi_pool,
+        box_head,
+        box_predictor,
         # torchvision's Faster R-CNN defaults for sampling and matching
-        fg_iou_thresh=0.5, bg_iou_thresh=0.5, batch_size_per_image=model["box_batch_size_per_image"],
-        positive_fraction=0.25, bbox_reg_weights=None,
-        score_thresh=model["box_score_thresh"], nms_thresh=0.5, detections_per_img=model["box_detections_per_img"],
+        fg_iou_thresh=0.5,
+        bg_iou_thresh=0.5,
+        batch_size_per_image=model["box_batch_size_per_image"],
+        positive_fraction=0.25,
+        bbox_reg_weights=None,
+        score_thresh=model["box_score_thresh"],
+        nms_thresh=0.5,
+        detections_per_img=model["box_detections_per_img"],
         classifier_loss=build_classifier_loss(loss, num_classes),
         # detections are ranked by the score the classifier loss trained (see ConfigurableLossRoIHeads)
         score_function=loss["score_function"],

@@ -5,14 +5,16 @@ from __future__ import annotations
 import contextlib
 
 import torch
+
 from rambo.harness.run_log import progress as progress_bar
 
 from .voc import collate_detection
 
 
 @torch.no_grad()
-def collect_detections(model, dataset, device: torch.device, batch_size: int = 4, progress: bool = False,
-                       autocast=contextlib.nullcontext):  # fmt: skip
+def collect_detections(
+    model, dataset, device: torch.device, batch_size: int = 4, progress: bool = False, autocast=contextlib.nullcontext
+):
     """``(predictions, ground_truths)``, both ``image_id -> dict of numpy arrays`` (see ``evaluate_voc``).
 
     ``dataset`` must keep difficult objects (``train=False``) so the evaluator can ignore them.
@@ -34,4 +36,3 @@ def collect_detections(model, dataset, device: torch.device, batch_size: int = 4
                 "difficult": target["difficult"].numpy().astype(bool),
             }
     return predictions, ground_truths
-

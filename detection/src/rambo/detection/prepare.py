@@ -23,7 +23,10 @@ from .download import fetch
 from .synthetic import generate
 
 CONFIG_DIR = Path(__file__).parent / "configs"
-VOC_ARCHIVES = {"voc07": ("voc2007-trainval", "voc2007-test"), "voc0712": ("voc2007-trainval", "voc2007-test", "voc2012-trainval")}
+VOC_ARCHIVES = {
+    "voc07": ("voc2007-trainval", "voc2007-test"),
+    "voc0712": ("voc2007-trainval", "voc2007-test", "voc2012-trainval"),
+}
 DATASETS = ("synthetic", "tiny", *VOC_ARCHIVES)
 
 
@@ -37,8 +40,15 @@ def prepare_one(name: str, data, source: data_stage.Source = data_stage.Source()
     return Path(data.root)
 
 
-STAGE = data_stage.DataStage("python -m rambo.detection.prepare", __doc__.split("\n")[0], CONFIG_DIR, DATASETS, prepare_one,
-                             task="detection", weights_url=weights_url)
+STAGE = data_stage.DataStage(
+    "python -m rambo.detection.prepare",
+    __doc__.split("\n")[0],
+    CONFIG_DIR,
+    DATASETS,
+    prepare_one,
+    task="detection",
+    weights_url=weights_url,
+)
 prepare, main = STAGE.prepare, STAGE.main  # prepare(data_dir, datasets, overrides=(), source=Source()); main(argv=None)
 
 

@@ -44,9 +44,10 @@ own memory (cheaper, not the paper's loss). One process: the two are the same.
 from __future__ import annotations
 
 import torch
+
 from rambo.core import APCLoss, MAPLoss, ScoreMemory, scale_gradient
-from rambo.core.validation import check_margin
 from rambo.core.loss_path import assert_on_device, host_checks, use_dense
+from rambo.core.validation import check_margin
 
 from .distributed import global_batch
 
@@ -60,7 +61,9 @@ def labels_to_relevance(labels: torch.Tensor, num_classes: int, background_label
     if labels.dim() != 1:
         raise ValueError(f"labels must be 1-d [N], got shape {tuple(labels.shape)}")
     if background_label not in (0, num_classes):
-        raise ValueError(f"background_label must be 0 (torchvision) or num_classes={num_classes} (mmdet), got {background_label}")
+        raise ValueError(
+            f"background_label must be 0 (torchvision) or num_classes={num_classes} (mmdet), got {background_label}"
+        )
     labels = labels.long()
     columns = labels - 1 if background_label == 0 else labels
     if not host_checks(labels):  # rambo.core.loss_path "propagate": a device-side assert, no wait for the host
@@ -87,7 +90,7 @@ class AuthorsRandomMargin(torch.nn.Module):
     then brought to ``[N, C]``. ``noise``: the :class:`MarginNoise` shared by the two terms.
     """
 
-    def __init__(self, loss: torch.nn.Module, margin: float, noise: "MarginNoise", layout: str):
+    def __init__(self, loss: torch.nn.Module, margin: float, noise: MarginNoise, layout: str):
         super().__init__()
         if layout not in ("columns", "flat"):
             raise ValueError(f"layout must be columns or flat, got {layout!r}")
@@ -159,9 +162,19 @@ class RankClassifierLoss(torch.nn.Module):
             generator at construction. Unused with ``fixed``.
     """
 
-    def __init__(self, num_classes: int, background_label: int = 0, margin: float = 0.15, lam: float = 0.5,
-                 tau: int = 7, interclass_coef: float = 1.0 / 3.0, loss_weight: float = 1.0,
-                 global_batch: bool = True, margin_mode: str = "fixed", margin_seed: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        num_classes: int,
+        background_label: int = 0,
+        margin: float = 0.15,
+        lam: float = 0.5,
+        tau: int = 7,
+        interclass_coef: float = 1.0 / 3.0,
+        loss_weight: float = 1.0,
+        global_batch: bool = True,
+        margin_mode: str = "fixed",
+        margin_seed: int | None = None,
+    ):
         super().__init__()
         if background_label not in (0, num_classes):
             raise ValueError(f"background_label must be 0 or num_classes={num_classes}, got {background_label}")
@@ -186,7 +199,9 @@ class RankClassifierLoss(torch.nn.Module):
             if margin_seed is None:
                 margin_seed = int(torch.randint(0, 2**62, (1,)).item())
             self.margin_noise = MarginNoise(margin_seed)
-            self.map_memory = ScoreMemory(AuthorsRandomMargin(MAPLoss(margin=0.0, lam=lam), margin, self.margin_noise, "columns"), tau)
+            self.map_memory = ScoreMemory(
+                AuthorsRandomMargin(MAPLoss(margin=0.0, lam=lam), margin, self.margin_noise, "columns"), tau
+            )
             self.apc_loss = AuthorsRandomMargin(APCLoss(margin=0.0, lam=lam), margin, self.margin_noise, "flat")
 
     def object_scores(self, class_logits: torch.Tensor) -> torch.Tensor:

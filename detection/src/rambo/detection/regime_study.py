@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
+
 from rambo.harness.atomic import write_json, write_text
 from rambo.harness.checkpoint import load_checkpoint
 from rambo.harness.paired_interval import paired_interval, verdict
@@ -54,21 +55,40 @@ class Hypothesis:
 
 
 HYPOTHESES = (
-    Hypothesis("lr_0.1", "the rank loss wants a larger step (the paper trains RaMBO at lr 0.1, 5x mmdetection's CE lr per image)",
-               ("schedule.lr=0.1",)),
+    Hypothesis(
+        "lr_0.1",
+        "the rank loss wants a larger step (the paper trains RaMBO at lr 0.1, 5x mmdetection's CE lr per image)",
+        ("schedule.lr=0.1",),
+    ),
     Hypothesis("lr_0.005", "the rank loss's steps are too large after the warm start", ("schedule.lr=0.005",)),
-    Hypothesis("epochs_8", "neither row has converged in 4 epochs (both rows trained 8, lr step after 6)",
-               ("schedule.epochs=8", "schedule.steps=[6]"), ("schedule.epochs=8", "schedule.steps=[6]")),
-    Hypothesis("all_proposals", "the loss ranks the wrong RoIs: all proposals (Sec. 5.3's 320k) instead of the 512 sampled",
-               ("loss.classifier_rois=all_proposals",)),
-    Hypothesis("loss_weight_2", "the rank loss is too weak beside the box loss (gradient x2 after the rank)",
-               ("loss.loss_weight=2.0",)),
-    Hypothesis("loss_weight_0.5", "the rank loss is too strong beside the box loss (gradient x0.5 after the rank)",
-               ("loss.loss_weight=0.5",)),
+    Hypothesis(
+        "epochs_8",
+        "neither row has converged in 4 epochs (both rows trained 8, lr step after 6)",
+        ("schedule.epochs=8", "schedule.steps=[6]"),
+        ("schedule.epochs=8", "schedule.steps=[6]"),
+    ),
+    Hypothesis(
+        "all_proposals",
+        "the loss ranks the wrong RoIs: all proposals (Sec. 5.3's 320k) instead of the 512 sampled",
+        ("loss.classifier_rois=all_proposals",),
+    ),
+    Hypothesis(
+        "loss_weight_2",
+        "the rank loss is too weak beside the box loss (gradient x2 after the rank)",
+        ("loss.loss_weight=2.0",),
+    ),
+    Hypothesis(
+        "loss_weight_0.5",
+        "the rank loss is too strong beside the box loss (gradient x0.5 after the rank)",
+        ("loss.loss_weight=0.5",),
+    ),
     Hypothesis("no_margin", "the margin (0.15 on logits) hurts at the mini's logit scale", ("loss.margin=0.0",)),
-    Hypothesis("authors_margin", "the authors' random margin (mAP.py) instead of the paper's fixed one",
-               ("loss.margin_mode=authors_random",)),
-)  # fmt: skip
+    Hypothesis(
+        "authors_margin",
+        "the authors' random margin (mAP.py) instead of the paper's fixed one",
+        ("loss.margin_mode=authors_random",),
+    ),
+)
 
 
 def prepare_validation(work: Path, images: int) -> Path:
@@ -92,8 +112,11 @@ def scored(folder: Path, root: Path) -> dict:
     hook.remove()
     objects = torch.cat(logits)[:, 1:]  # the object classes' columns (column 0: background)
     top2 = objects.topk(2, dim=1).values
-    return {"AP50": map_of_images(predictions, truths, sorted(truths), len(SYNTHETIC_CLASSES), config.eval.method),
-            "logit_sd": objects.std().item(), "logit_top_margin": (top2[:, 0] - top2[:, 1]).mean().item()}  # fmt: skip
+    return {
+        "AP50": map_of_images(predictions, truths, sorted(truths), len(SYNTHETIC_CLASSES), config.eval.method),
+        "logit_sd": objects.std().item(),
+        "logit_top_margin": (top2[:, 0] - top2[:, 1]).mean().item(),
+    }
 
 
 def compare(a: list[float], b: list[float]) -> dict:
@@ -104,17 +127,28 @@ def compare(a: list[float], b: list[float]) -> dict:
 def report(scores: dict, seeds: int, hypotheses=HYPOTHESES) -> dict:
     """``scores[(hypothesis or 'baseline', row, seed)]`` -> per hypothesis: its gain and RaMBO - CE."""
     values = lambda h, row, key="AP50": [scores[(h, row, s)][key] for s in range(seeds)]  # noqa: E731
-    result = {"baseline": {"rambo": values("baseline", "rambo"), "ce": values("baseline", "ce"),
-                           "rambo_minus_ce": compare(values("baseline", "rambo"), values("baseline", "ce")),
-                           "logit_sd": {r: statistics.fmean(values("baseline", r, "logit_sd")) for r in ("rambo", "ce")},
-                           "logit_top_margin": {r: statistics.fmean(values("baseline", r, "logit_top_margin")) for r in ("rambo", "ce")}},
-              "hypotheses": []}  # fmt: skip
+    result = {
+        "baseline": {
+            "rambo": values("baseline", "rambo"),
+            "ce": values("baseline", "ce"),
+            "rambo_minus_ce": compare(values("baseline", "rambo"), values("baseline", "ce")),
+            "logit_sd": {r: statistics.fmean(values("baseline", r, "logit_sd")) for r in ("rambo", "ce")},
+            "logit_top_margin": {
+                r: statistics.fmean(values("baseline", r, "logit_top_margin")) for r in ("rambo", "ce")
+            },
+        },
+        "hypotheses": [],
+    }
     for hypothesis in hypotheses:
         ce = hypothesis.name if hypothesis.ce is not None else "baseline"
-        row = {"name": hypothesis.name, "question": hypothesis.question, "rambo": values(hypothesis.name, "rambo"),
-               "gain": compare(values(hypothesis.name, "rambo"), values("baseline", "rambo")),
-               "rambo_minus_ce": compare(values(hypothesis.name, "rambo"), values(ce, "ce")),
-               "logit_sd": statistics.fmean(values(hypothesis.name, "rambo", "logit_sd"))}  # fmt: skip
+        row = {
+            "name": hypothesis.name,
+            "question": hypothesis.question,
+            "rambo": values(hypothesis.name, "rambo"),
+            "gain": compare(values(hypothesis.name, "rambo"), values("baseline", "rambo")),
+            "rambo_minus_ce": compare(values(hypothesis.name, "rambo"), values(ce, "ce")),
+            "logit_sd": statistics.fmean(values(hypothesis.name, "rambo", "logit_sd")),
+        }
         if hypothesis.ce is not None:
             row["ce"] = values(hypothesis.name, "ce")
             row["ce_gain"] = compare(values(hypothesis.name, "ce"), values("baseline", "ce"))
@@ -128,21 +162,32 @@ def markdown(result: dict) -> str:
     interval = lambda c: f"{c['difference']:+.1f} [{c['interval'][0]:+.1f}, {c['interval'][1]:+.1f}] {c['verdict']}"  # noqa: E731
     mean = lambda v: f"{100 * statistics.fmean(v):.1f}"  # noqa: E731
     base = result["baseline"]
-    lines = ["| hypothesis | RaMBO val AP50 | gain over mini_rambo | RaMBO - CE | CE gain | logit sd |",
-             "|---|---|---|---|---|---|",
-             (f"| mini settings | {mean(base['rambo'])} (CE {mean(base['ce'])}) | - | {interval(base['rambo_minus_ce'])} | - | "
-              f"{base['logit_sd']['rambo']:.2f} (CE {base['logit_sd']['ce']:.2f}) |")]  # fmt: skip
+    lines = [
+        "| hypothesis | RaMBO val AP50 | gain over mini_rambo | RaMBO - CE | CE gain | logit sd |",
+        "|---|---|---|---|---|---|",
+        (
+            f"| mini settings | {mean(base['rambo'])} (CE {mean(base['ce'])}) | - | {interval(base['rambo_minus_ce'])} | - | "
+            f"{base['logit_sd']['rambo']:.2f} (CE {base['logit_sd']['ce']:.2f}) |"
+        ),
+    ]
     for row in result["hypotheses"]:
         ce_gain = interval(row["ce_gain"]) if "ce_gain" in row else "-"
-        lines.append(f"| `{row['name']}`: {row['question']} | {mean(row['rambo'])} | {interval(row['gain'])} | "
-                     f"{interval(row['rambo_minus_ce'])} | {ce_gain} | {row['logit_sd']:.2f} |")  # fmt: skip
-    lines += ["", f"Validation AP50 (points), paired 95% intervals over seeds. Adopted by the rule: {result['adopted']}."]
+        lines.append(
+            f"| `{row['name']}`: {row['question']} | {mean(row['rambo'])} | {interval(row['gain'])} | "
+            f"{interval(row['rambo_minus_ce'])} | {ce_gain} | {row['logit_sd']:.2f} |"
+        )
+    lines += [
+        "",
+        f"Validation AP50 (points), paired 95% intervals over seeds. Adopted by the rule: {result['adopted']}.",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--work", type=Path, required=True, help="the variance study's folder (its warm starts are reused)")
+    parser.add_argument(
+        "--work", type=Path, required=True, help="the variance study's folder (its warm starts are reused)"
+    )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--validation", type=int, default=320, help="validation images (generator seed 1)")
     parser.add_argument("--jobs", type=int, default=2, help="training runs at once (one thread each)")
@@ -152,7 +197,9 @@ def main(argv=None) -> dict:
     data_dir = prepare(args.work, args.extra_test)
     validation = prepare_validation(args.work, args.validation)
     chosen = [h for h in HYPOTHESES if not args.only or h.name in args.only]
-    jobs = [("baseline", "rambo", s, ()) for s in range(args.seeds)] + [("baseline", "ce", s, ()) for s in range(args.seeds)]
+    jobs = [("baseline", "rambo", s, ()) for s in range(args.seeds)] + [
+        ("baseline", "ce", s, ()) for s in range(args.seeds)
+    ]
     for h in chosen:
         jobs += [(h.name, "rambo", s, h.rambo) for s in range(args.seeds)]
         jobs += [(h.name, "ce", s, h.ce) for s in range(args.seeds)] if h.ce is not None else []
@@ -162,7 +209,15 @@ def main(argv=None) -> dict:
         experiment = f"mini_{row}"
         if name == "baseline":  # the variance study's own run of this row and seed
             return train(args.work, data_dir, experiment, seed, seed, [])
-        return train(args.work, data_dir, experiment, seed, seed, list(overrides), run_folder(args.work, f"{experiment}-{name}", seed, seed))
+        return train(
+            args.work,
+            data_dir,
+            experiment,
+            seed,
+            seed,
+            list(overrides),
+            run_folder(args.work, f"{experiment}-{name}", seed, seed),
+        )
 
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(lambda w: train(args.work, data_dir, "mini_warm_start", w, None, []), range(args.seeds)))

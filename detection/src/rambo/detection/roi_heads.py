@@ -51,8 +51,9 @@ CLASSIFIER_ROIS = ("sampled", "all_proposals")
 TORCHVISION_BOX_BETA = 1.0 / 9.0  # torchvision fastrcnn_loss; mmdetection v1's bbox head uses 1.0
 
 
-def box_regression_loss(box_regression: torch.Tensor, labels: torch.Tensor, regression_targets: torch.Tensor,
-                        beta: float) -> torch.Tensor:  # fmt: skip
+def box_regression_loss(
+    box_regression: torch.Tensor, labels: torch.Tensor, regression_targets: torch.Tensor, beta: float
+) -> torch.Tensor:
     """``box_regression [N, 4 (C+1)]``, ``labels [N]`` (0 background), ``regression_targets [N, 4]`` ->
     ``sum over positive RoIs i of smooth_l1_beta(box_regression[i, labels[i]] - target_i) / N``
     (module docstring). Fixed shapes, no host read: every RoI's own-class prediction is gathered and
@@ -98,17 +99,29 @@ class ConfigurableLossRoIHeads(RoIHeads):
     Masks and keypoints are not supported.
     """
 
-    def __init__(self, *args, classifier_loss: torch.nn.Module, score_function: str = "softmax",
-                 candidates_per_image: int = 1000, box_smooth_l1_beta: float = TORCHVISION_BOX_BETA,
-                 classifier_rois: str = "sampled", **kwargs):  # fmt: skip
+    def __init__(
+        self,
+        *args,
+        classifier_loss: torch.nn.Module,
+        score_function: str = "softmax",
+        candidates_per_image: int = 1000,
+        box_smooth_l1_beta: float = TORCHVISION_BOX_BETA,
+        classifier_rois: str = "sampled",
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         if score_function not in SCORE_FUNCTIONS:
             raise ValueError(f"score_function must be one of {SCORE_FUNCTIONS}, got {score_function!r}")
         if classifier_rois not in CLASSIFIER_ROIS:
             raise ValueError(f"classifier_rois must be one of {CLASSIFIER_ROIS}, got {classifier_rois!r}")
-        if classifier_rois == "all_proposals" and self.proposal_matcher.high_threshold != self.proposal_matcher.low_threshold:
+        if (
+            classifier_rois == "all_proposals"
+            and self.proposal_matcher.high_threshold != self.proposal_matcher.low_threshold
+        ):
             # between the two thresholds a RoI is "ignored" (label -1), which a classifier loss over all RoIs cannot take
-            raise ValueError("classifier_rois=all_proposals needs fg_iou_thresh == bg_iou_thresh (mmdetection's 0.5 and 0.5)")
+            raise ValueError(
+                "classifier_rois=all_proposals needs fg_iou_thresh == bg_iou_thresh (mmdetection's 0.5 and 0.5)"
+            )
         self.classifier_rois = classifier_rois
         if not box_smooth_l1_beta > 0:
             raise ValueError(f"box_smooth_l1_beta must be > 0, got {box_smooth_l1_beta}")
@@ -154,8 +167,9 @@ class ConfigurableLossRoIHeads(RoIHeads):
         class_logits, box_regression = (output.float() for output in self.box_predictor(box_features))
         with torch.autocast(class_logits.device.type, enabled=False):  # the losses in float32 (module docstring)
             labels = torch.cat(labels, dim=0)
-            loss_box_reg = box_regression_loss(box_regression, labels, torch.cat(regression_targets, dim=0),
-                                               self.box_smooth_l1_beta)  # fmt: skip
+            loss_box_reg = box_regression_loss(
+                box_regression, labels, torch.cat(regression_targets, dim=0), self.box_smooth_l1_beta
+            )
             loss_classifier = self.classifier_loss(class_logits, labels)
         return [], {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg}
 
@@ -193,7 +207,8 @@ class ConfigurableLossRoIHeads(RoIHeads):
         sampled = torch.cat(offsets)
         with torch.autocast(class_logits.device.type, enabled=False):  # the losses in float32 (module docstring)
             labels = torch.cat(labels, dim=0)
-            loss_box_reg = box_regression_loss(box_regression[sampled], labels[sampled],
-                                               torch.cat(regression_targets, dim=0), self.box_smooth_l1_beta)  # fmt: skip
+            loss_box_reg = box_regression_loss(
+                box_regression[sampled], labels[sampled], torch.cat(regression_targets, dim=0), self.box_smooth_l1_beta
+            )
             loss_classifier = self.classifier_loss(class_logits, labels)
         return [], {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg}

@@ -38,8 +38,12 @@ def anchors_inside(anchors: torch.Tensor, image_size: tuple[int, int], allowed_b
     the anchor lies within ``allowed_border`` pixels of the image (module docstring)."""
     height, width = image_size
     border = float(allowed_border)
-    return ((anchors[:, 0] >= -border) & (anchors[:, 1] >= -border)
-            & (anchors[:, 2] < width + border) & (anchors[:, 3] < height + border))  # fmt: skip
+    return (
+        (anchors[:, 0] >= -border)
+        & (anchors[:, 1] >= -border)
+        & (anchors[:, 2] < width + border)
+        & (anchors[:, 3] < height + border)
+    )
 
 
 class BorderAwareRPN(RegionProposalNetwork):
@@ -51,8 +55,9 @@ class BorderAwareRPN(RegionProposalNetwork):
 
     def __init__(self, *args, allowed_border: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        if allowed_border is not None and (isinstance(allowed_border, bool) or not isinstance(allowed_border, int)
-                                           or allowed_border < 0):  # fmt: skip
+        if allowed_border is not None and (
+            isinstance(allowed_border, bool) or not isinstance(allowed_border, int) or allowed_border < 0
+        ):
             raise ValueError(f"allowed_border must be an int >= 0 or None (keep every anchor), got {allowed_border!r}")
         self.allowed_border = allowed_border
         self._image_sizes: list[tuple[int, int]] | None = None
@@ -80,7 +85,9 @@ class BorderAwareRPN(RegionProposalNetwork):
             image_labels = torch.full((count,), -1.0, dtype=torch.float32, device=anchors_per_image.device)
             image_boxes = torch.zeros((count, 4), dtype=torch.float32, device=anchors_per_image.device)
             if bool(inside.any()):
-                (inside_labels,), (inside_boxes,) = super().assign_targets_to_anchors([anchors_per_image[inside]], [target])
+                (inside_labels,), (inside_boxes,) = super().assign_targets_to_anchors(
+                    [anchors_per_image[inside]], [target]
+                )
                 image_labels[inside] = inside_labels.to(image_labels.dtype)
                 image_boxes = image_boxes.to(inside_boxes.dtype)
                 image_boxes[inside] = inside_boxes

@@ -291,9 +291,12 @@ def write_archives(out_dir: Path | str, seed: int = 0) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    return stand_in_main("python -m rambo.detection.stand_in",
-                         "Write small stand-ins of the Pascal VOC 2007 / 2012 tars (official format and layout).",
-                         write_archives, argv)  # fmt: skip
+    return stand_in_main(
+        "python -m rambo.detection.stand_in",
+        "Write small stand-ins of the Pascal VOC 2007 / 2012 tars (official format and layout).",
+        write_archives,
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -26,21 +26,37 @@ from rambo.harness.atomic import write_text
 
 SHAPES = ("circle", "square", "triangle", "diamond", "star", "cross", "ring", "hexagon", "crescent", "bar")
 COLOURS = {
-    "red": (220, 40, 40), "green": (40, 180, 60), "blue": (40, 80, 220), "yellow": (230, 210, 40),
-    "magenta": (210, 50, 200), "cyan": (40, 200, 210), "orange": (240, 140, 30), "white": (245, 245, 245),
+    "red": (220, 40, 40),
+    "green": (40, 180, 60),
+    "blue": (40, 80, 220),
+    "yellow": (230, 210, 40),
+    "magenta": (210, 50, 200),
+    "cyan": (40, 200, 210),
+    "orange": (240, 140, 30),
+    "white": (245, 245, 245),
 }
 # Twenty classes: every shape twice, with a different colour and texture each time.
 CLASS_SPECS = (
-    ("circle", "red", "solid"), ("circle", "blue", "stripes"),
-    ("square", "green", "solid"), ("square", "orange", "checker"),
-    ("triangle", "yellow", "solid"), ("triangle", "magenta", "stripes"),
-    ("diamond", "cyan", "solid"), ("diamond", "red", "checker"),
-    ("star", "orange", "solid"), ("star", "white", "stripes"),
-    ("cross", "blue", "solid"), ("cross", "yellow", "checker"),
-    ("ring", "green", "solid"), ("ring", "magenta", "stripes"),
-    ("hexagon", "white", "solid"), ("hexagon", "green", "checker"),
-    ("crescent", "cyan", "stripes"), ("crescent", "yellow", "solid"),
-    ("bar", "magenta", "solid"), ("bar", "cyan", "checker"),
+    ("circle", "red", "solid"),
+    ("circle", "blue", "stripes"),
+    ("square", "green", "solid"),
+    ("square", "orange", "checker"),
+    ("triangle", "yellow", "solid"),
+    ("triangle", "magenta", "stripes"),
+    ("diamond", "cyan", "solid"),
+    ("diamond", "red", "checker"),
+    ("star", "orange", "solid"),
+    ("star", "white", "stripes"),
+    ("cross", "blue", "solid"),
+    ("cross", "yellow", "checker"),
+    ("ring", "green", "solid"),
+    ("ring", "magenta", "stripes"),
+    ("hexagon", "white", "solid"),
+    ("hexagon", "green", "checker"),
+    ("crescent", "cyan", "stripes"),
+    ("crescent", "yellow", "solid"),
+    ("bar", "magenta", "solid"),
+    ("bar", "cyan", "checker"),
 )
 SYNTHETIC_CLASSES = tuple(f"{colour}_{texture}_{shape}" for shape, colour, texture in CLASS_SPECS)
 
@@ -53,8 +69,13 @@ def _polygon(shape: str, box) -> list[tuple[float, float]] | None:
     cx, cy, rx, ry = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 2, (y2 - y1) / 2
 
     def ring(count, radii, phase=-math.pi / 2):
-        return [(cx + radii[k % len(radii)] * rx * math.cos(phase + 2 * math.pi * k / count),
-                 cy + radii[k % len(radii)] * ry * math.sin(phase + 2 * math.pi * k / count)) for k in range(count)]
+        return [
+            (
+                cx + radii[k % len(radii)] * rx * math.cos(phase + 2 * math.pi * k / count),
+                cy + radii[k % len(radii)] * ry * math.sin(phase + 2 * math.pi * k / count),
+            )
+            for k in range(count)
+        ]
 
     if shape == "triangle":
         return [(cx, y1), (x2, y2), (x1, y2)]
@@ -66,9 +87,20 @@ def _polygon(shape: str, box) -> list[tuple[float, float]] | None:
         return ring(6, (1.0,), phase=0.0)
     if shape == "cross":
         a, b = 0.32, 0.32
-        return [(cx - a * rx, y1), (cx + a * rx, y1), (cx + a * rx, cy - b * ry), (x2, cy - b * ry), (x2, cy + b * ry),
-                (cx + a * rx, cy + b * ry), (cx + a * rx, y2), (cx - a * rx, y2), (cx - a * rx, cy + b * ry),
-                (x1, cy + b * ry), (x1, cy - b * ry), (cx - a * rx, cy - b * ry)]
+        return [
+            (cx - a * rx, y1),
+            (cx + a * rx, y1),
+            (cx + a * rx, cy - b * ry),
+            (x2, cy - b * ry),
+            (x2, cy + b * ry),
+            (cx + a * rx, cy + b * ry),
+            (cx + a * rx, y2),
+            (cx - a * rx, y2),
+            (cx - a * rx, cy + b * ry),
+            (x1, cy + b * ry),
+            (x1, cy - b * ry),
+            (cx - a * rx, cy - b * ry),
+        ]
     return None
 
 
@@ -134,7 +166,11 @@ def cluttered_background(size: tuple[int, int], rng: np.random.Generator) -> Ima
         grey = tuple(int(v) for v in rng.uniform(60, 200) + rng.normal(0, 20, 3))
         x, y = rng.uniform(0, width), rng.uniform(0, height)
         if rng.random() < 0.6:
-            draw.line((x, y, x + rng.normal(0, width / 4), y + rng.normal(0, height / 4)), fill=grey, width=int(rng.integers(1, 4)))
+            draw.line(
+                (x, y, x + rng.normal(0, width / 4), y + rng.normal(0, height / 4)),
+                fill=grey,
+                width=int(rng.integers(1, 4)),
+            )
         else:
             r = rng.uniform(2, 7)
             draw.ellipse((x - r, y - r, x + r, y + r), fill=grey)
@@ -194,7 +230,9 @@ def annotation_xml(image_id: str, image_size: int, objects) -> ET.ElementTree:
     return ET.ElementTree(root)
 
 
-def generate(root: str | Path, seed: int = 0, num_trainval: int = 160, num_test: int = 80, image_size: int = 96) -> Path:
+def generate(
+    root: str | Path, seed: int = 0, num_trainval: int = 160, num_test: int = 80, image_size: int = 96
+) -> Path:
     """Write the dataset under ``root`` (a VOC folder) and return it. Same seed, same files."""
     if num_trainval < 1 or num_test < 1:
         raise ValueError(f"need at least one trainval and one test image, got {num_trainval} and {num_test}")

@@ -24,14 +24,21 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from rambo.harness.workers import worker_init
-from rambo.harness.distributed import ShardedBatchSampler, barrier, detect_setup, init_process_group, world_size, wrap_model
+from rambo.harness.distributed import (
+    ShardedBatchSampler,
+    barrier,
+    detect_setup,
+    init_process_group,
+    world_size,
+    wrap_model,
+)
 from rambo.harness.engine_options import EngineOptions
 from rambo.harness.precision import to_channels_last
 from rambo.harness.row_name import check_row_name
 from rambo.harness.run import TrainingRun
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
 from rambo.harness.wandb_run import wandb_keys
+from rambo.harness.workers import worker_init
 
 from .engine import evaluate, train_one_epoch
 from .group_sampler import BATCH_GROUPINGS, GroupedBatchSampler
@@ -75,7 +82,9 @@ def learning_rate_factor(iteration: int, iterations_per_epoch: int, schedule: Di
     return factor
 
 
-def epoch_batches(cfg: DictConfig, train_set, epoch: int, order: torch.Generator | None = None) -> torch.utils.data.Sampler:
+def epoch_batches(
+    cfg: DictConfig, train_set, epoch: int, order: torch.Generator | None = None
+) -> torch.utils.data.Sampler:
     """The global batches of ``epoch`` (1-based), a function of (seed, epoch) only, by ``data.batch_grouping``:
 
     * ``aspect_ratio``: mmdetection's GroupSampler (:class:`.group_sampler.GroupedBatchSampler`):
@@ -87,11 +96,15 @@ def epoch_batches(cfg: DictConfig, train_set, epoch: int, order: torch.Generator
     grouping = cfg.data.batch_grouping
     if grouping == "aspect_ratio":
         if not hasattr(train_set, "aspect_ratio_groups"):
-            raise ValueError("data.batch_grouping=aspect_ratio needs a dataset with aspect_ratio_groups() (the image sizes)")
+            raise ValueError(
+                "data.batch_grouping=aspect_ratio needs a dataset with aspect_ratio_groups() (the image sizes)"
+            )
         return GroupedBatchSampler(train_set.aspect_ratio_groups(), cfg.schedule.batch_size, seed)
     if grouping == "none":
         order = order if order is not None else torch.Generator().manual_seed(seed)
-        return torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(train_set, generator=order), cfg.schedule.batch_size, False)
+        return torch.utils.data.BatchSampler(
+            torch.utils.data.RandomSampler(train_set, generator=order), cfg.schedule.batch_size, False
+        )
     raise ValueError(f"data.batch_grouping must be one of {BATCH_GROUPINGS}, got {grouping!r}")
 
 
@@ -121,8 +134,14 @@ def epoch_loader(cfg: DictConfig, train_set, epoch: int, rank: int, processes: i
         batches = ShardedBatchSampler(batches, rank, processes, even=False)
     if cfg.schedule.get("max_iterations_per_epoch"):
         batches = FirstBatches(batches, cfg.schedule.max_iterations_per_epoch)
-    return torch.utils.data.DataLoader(train_set, batch_sampler=batches, generator=order, collate_fn=collate_detection, num_workers=cfg.num_workers,
-                                       worker_init_fn=worker_init)  # fmt: skip
+    return torch.utils.data.DataLoader(
+        train_set,
+        batch_sampler=batches,
+        generator=order,
+        collate_fn=collate_detection,
+        num_workers=cfg.num_workers,
+        worker_init_fn=worker_init,
+    )
 
 
 def train(cfg: DictConfig) -> dict:
@@ -137,8 +156,12 @@ def train(cfg: DictConfig) -> dict:
     if setup.is_main:
         prepare_data(cfg.data)
     barrier()  # rank 0 generated the synthetic set, if any
-    train_set = VOCDetectionDataset(cfg.data.train_roots, cfg.data.train_set, classes, train=True, max_images=cfg.data.max_train_images)
-    test_set = VOCDetectionDataset([cfg.data.test_root], cfg.data.test_set, classes, train=False, max_images=cfg.data.max_test_images)
+    train_set = VOCDetectionDataset(
+        cfg.data.train_roots, cfg.data.train_set, classes, train=True, max_images=cfg.data.max_train_images
+    )
+    test_set = VOCDetectionDataset(
+        [cfg.data.test_root], cfg.data.test_set, classes, train=False, max_images=cfg.data.max_test_images
+    )
     model = build_detector(cfg.model, cfg.loss, len(classes)).to(device)
     if cfg.channels_last:  # the model only: its transform batches the 3-D images inside the forward pass
         to_channels_last(model)
@@ -146,23 +169,40 @@ def train(cfg: DictConfig) -> dict:
     if cfg.get("init_checkpoint"):  # before TrainingRun: a resumed checkpoint then overrides these weights
         started_from["init_checkpoint_md5"] = load_initial_weights(model, cfg.init_checkpoint)
     schedule = cfg.schedule
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=schedule.lr, momentum=schedule.momentum, weight_decay=schedule.weight_decay)
+    optimizer = torch.optim.SGD(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=schedule.lr,
+        momentum=schedule.momentum,
+        weight_decay=schedule.weight_decay,
+    )
     # batches per epoch: ceil(N / batch), or with aspect-ratio grouping the sum over groups (padded ones)
     iterations = min(len(epoch_batches(cfg, train_set, 1)), schedule.max_iterations_per_epoch or float("inf"))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda iteration: learning_rate_factor(iteration, iterations, schedule))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda iteration: learning_rate_factor(iteration, iterations, schedule)
+    )
     trained = wrap_model(model, device, broadcast_buffers=False)
-    run = TrainingRun(cfg, {"model": model, "optimizer": optimizer, "scheduler": scheduler},
-                      is_main=setup.is_main,
-                      identity_extra=started_from, device=device,
-                      wandb_keys=wandb_keys(cfg, "detection"))
+    run = TrainingRun(
+        cfg,
+        {"model": model, "optimizer": optimizer, "scheduler": scheduler},
+        is_main=setup.is_main,
+        identity_extra=started_from,
+        device=device,
+        wandb_keys=wandb_keys(cfg, "detection"),
+    )
     train_seconds, train_images = 0.0, 0  # this invocation's, for the log's throughput (not checkpointed: a machine's)
     for epoch in run.epochs(schedule.epochs):
         flips = torch.Generator().manual_seed(cfg.seed * 1000 + epoch - 1 + 500 + 7919 * setup.rank)
         started = time.perf_counter()
         try:
-            means, images = train_one_epoch(trained, epoch_loader(cfg, train_set, epoch, setup.rank, setup.world_size), optimizer,
-                                            scheduler, flips, schedule.get("grad_clip_max_norm"),
-                                            options=options.for_epoch(epoch, schedule.epochs))  # fmt: skip
+            means, images = train_one_epoch(
+                trained,
+                epoch_loader(cfg, train_set, epoch, setup.rank, setup.world_size),
+                optimizer,
+                scheduler,
+                flips,
+                schedule.get("grad_clip_max_norm"),
+                options=options.for_epoch(epoch, schedule.epochs),
+            )
         except FloatingPointError as error:
             raise run.diverged(error) from None
         train_seconds += time.perf_counter() - started
@@ -173,8 +213,10 @@ def train(cfg: DictConfig) -> dict:
     started = time.perf_counter()
     results = evaluate(model, test_set, cfg.eval.batch_size, len(classes), options=options)
     eval_seconds = time.perf_counter() - started
-    speed = {"train images/s": train_images / train_seconds if train_seconds > 0 else None,
-             "eval images/s": len(test_set) / eval_seconds if eval_seconds > 0 else None}  # the log's, not the metrics'
+    speed = {
+        "train images/s": train_images / train_seconds if train_seconds > 0 else None,
+        "eval images/s": len(test_set) / eval_seconds if eval_seconds > 0 else None,
+    }  # the log's, not the metrics'
     headline = {"AP50": results[cfg.eval.method]["map"], "AP50_area": results["area"]["map"]}
     return run.finish(detection_metrics(cfg, classes, results, run), headline, speed)
 
@@ -184,12 +226,19 @@ def detection_metrics(cfg: DictConfig, classes, results: dict, run: TrainingRun)
     class. Nothing machine-dependent (throughput goes to the log), so a rerun leaves it unchanged."""
     primary = results[cfg.eval.method]
     return {
-        "experiment": cfg.experiment_name, "seed": cfg.seed, "loss": cfg.loss.name, "backbone": cfg.model.backbone,
-        "AP50": primary["map"], "map50": primary["map"],  # the paper's metric (fraction), what the pipeline's tables read
-        "ap_method": cfg.eval.method, "map50_area": results["area"]["map"], "map50_11point": results["11point"]["map"],
+        "experiment": cfg.experiment_name,
+        "seed": cfg.seed,
+        "loss": cfg.loss.name,
+        "backbone": cfg.model.backbone,
+        "AP50": primary["map"],
+        "map50": primary["map"],  # the paper's metric (fraction), what the pipeline's tables read
+        "ap_method": cfg.eval.method,
+        "map50_area": results["area"]["map"],
+        "map50_11point": results["11point"]["map"],
         "ap50_per_class": {name: (None if np.isnan(ap) else ap) for name, ap in zip(classes, primary["ap"])},
-        "epochs": cfg.schedule.epochs, "history": run.curve,
-    }  # fmt: skip
+        "epochs": cfg.schedule.epochs,
+        "history": run.curve,
+    }
 
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from omegaconf import OmegaConf
+
 from rambo.harness.atomic import write_json, write_text
 from rambo.harness.checkpoint import load_checkpoint
 from rambo.harness.paired_interval import seeds_for_half_width
@@ -49,10 +50,15 @@ from .synthetic import SYNTHETIC_CLASSES, generate
 from .voc import VOCDetectionDataset
 
 MINI_TEST = 80  # the mini's test images (data/synthetic.yaml generate.test)
+
+
 def designs(seeds: int) -> dict[str, list[tuple[int, int]]]:
     """``design -> [(row seed, warm-start seed)]`` (see the module docstring)."""
-    return {"pipeline": [(s, s) for s in range(seeds)], "row_seed": [(s, 0) for s in range(seeds)],
-            "warm_start": [(0, w) for w in range(seeds)]}  # fmt: skip
+    return {
+        "pipeline": [(s, s) for s in range(seeds)],
+        "row_seed": [(s, 0) for s in range(seeds)],
+        "warm_start": [(0, w) for w in range(seeds)],
+    }
 
 
 def prepare(work: Path, extra: int) -> Path:
@@ -71,16 +77,36 @@ def run_folder(work: Path, experiment: str, seed: int, warm: int | None) -> Path
     return work / "runs" / experiment / (f"seed{seed}" if warm is None else f"seed{seed}_warm{warm}")
 
 
-def train(work: Path, data_dir: Path, experiment: str, seed: int, warm: int | None, overrides: list[str],
-          folder: Path | None = None) -> Path:
+def train(
+    work: Path,
+    data_dir: Path,
+    experiment: str,
+    seed: int,
+    warm: int | None,
+    overrides: list[str],
+    folder: Path | None = None,
+) -> Path:
     """One run of the training app (its log beside it), in ``folder`` (default :func:`run_folder`); returns it."""
     folder = folder or run_folder(work, experiment, seed, warm)
     if (folder / "metrics.json").is_file():  # trained to the end by an earlier invocation of the study
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "rambo.detection.train", f"experiment={experiment}", f"seed={seed}",
-               f"data_dir={data_dir}", "data.test_set=mini_test", f"hydra.run.dir={folder}", "hydra.output_subdir=null",
-               "resume=auto", "wandb.mode=disabled", "progress=false", "threads=1", *overrides]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "rambo.detection.train",
+        f"experiment={experiment}",
+        f"seed={seed}",
+        f"data_dir={data_dir}",
+        "data.test_set=mini_test",
+        f"hydra.run.dir={folder}",
+        "hydra.output_subdir=null",
+        "resume=auto",
+        "wandb.mode=disabled",
+        "progress=false",
+        "threads=1",
+        *overrides,
+    ]
     if warm is not None:
         command.append(f"init_checkpoint={run_folder(work, 'mini_warm_start', warm, None) / 'checkpoint.pt'}")
     with open(folder / "study.log", "w") as log:
@@ -104,9 +130,14 @@ def extra_test_maps(folder: Path, data_dir: Path, draws: int) -> dict:
     predictions, truths = collect_detections(model, dataset, torch.device("cpu"), config.eval.batch_size)
     method = config.eval.method
     own = json.loads((folder / "metrics.json").read_text())
-    result = {"mini_test": own["AP50"], "extra_test": map_of_images(predictions, truths, sorted(truths), len(SYNTHETIC_CLASSES), method),
-              "parts": disjoint_maps(predictions, truths, len(SYNTHETIC_CLASSES), MINI_TEST, method).tolist(),
-              "bootstrap": bootstrap_maps(predictions, truths, len(SYNTHETIC_CLASSES), draws, seed=0, size=MINI_TEST, method=method).tolist()}  # fmt: skip
+    result = {
+        "mini_test": own["AP50"],
+        "extra_test": map_of_images(predictions, truths, sorted(truths), len(SYNTHETIC_CLASSES), method),
+        "parts": disjoint_maps(predictions, truths, len(SYNTHETIC_CLASSES), MINI_TEST, method).tolist(),
+        "bootstrap": bootstrap_maps(
+            predictions, truths, len(SYNTHETIC_CLASSES), draws, seed=0, size=MINI_TEST, method=method
+        ).tolist(),
+    }
     write_json(cached, result)
     return result
 
@@ -125,26 +156,39 @@ def report(maps: dict, rows: tuple[str, str], seeds: int) -> dict:
         a: statistics.fmean(sd(maps[(a, s, w)]["parts"]) for (s, w) in designs(seeds)["pipeline"]),
         b: statistics.fmean(sd(maps[(b, s, w)]["parts"]) for (s, w) in designs(seeds)["pipeline"]),
         "difference": statistics.fmean(
-            sd(np.subtract(maps[(a, s, w)]["parts"], maps[(b, s, w)]["parts"])) for (s, w) in designs(seeds)["pipeline"]),
-    }  # fmt: skip
+            sd(np.subtract(maps[(a, s, w)]["parts"], maps[(b, s, w)]["parts"])) for (s, w) in designs(seeds)["pipeline"]
+        ),
+    }
     table["test images (80, bootstrap, same model)"] = {
-        a: sd(first["bootstrap"]), b: sd(maps[(b, 0, 0)]["bootstrap"]),
+        a: sd(first["bootstrap"]),
+        b: sd(maps[(b, 0, 0)]["bootstrap"]),
         "difference": sd(np.subtract(first["bootstrap"], maps[(b, 0, 0)]["bootstrap"])),  # the same resampled images
     }
     for design, pairs in designs(seeds).items():
         for split in ("mini_test", "extra_test"):
             table[f"{design} ({split})"] = {
-                a: sd([maps[(a, s, w)][split] for s, w in pairs]), b: sd([maps[(b, s, w)][split] for s, w in pairs]),
+                a: sd([maps[(a, s, w)][split] for s, w in pairs]),
+                b: sd([maps[(b, s, w)][split] for s, w in pairs]),
                 "difference": sd([maps[(a, s, w)][split] - maps[(b, s, w)][split] for s, w in pairs]),
             }
-    means = {split: {name: 100 * statistics.fmean(maps[(name, s, w)][split] for s, w in designs(seeds)["pipeline"])
-                     for name in rows} for split in ("mini_test", "extra_test")}  # fmt: skip
+    means = {
+        split: {
+            name: 100 * statistics.fmean(maps[(name, s, w)][split] for s, w in designs(seeds)["pipeline"])
+            for name in rows
+        }
+        for split in ("mini_test", "extra_test")
+    }
     needed = {}
     for split in ("mini_test", "extra_test"):
         spread = table[f"pipeline ({split})"]["difference"]
         needed[split] = seeds_for_half_width(spread, 2.0)
-    return {"rows": list(rows), "seeds": seeds, "sd_points": table, "pipeline_means": means,
-            "seeds_for_2_points": needed}  # fmt: skip
+    return {
+        "rows": list(rows),
+        "seeds": seeds,
+        "sd_points": table,
+        "pipeline_means": means,
+        "seeds_for_2_points": needed,
+    }
 
 
 def markdown(result: dict) -> str:
@@ -154,8 +198,10 @@ def markdown(result: dict) -> str:
     for source, row in result["sd_points"].items():
         lines.append(f"| {source} | {show(row[a])} | {show(row[b])} | {show(row['difference'])} |")
     lines.append("")
-    lines.append(f"Standard deviations in AP50 points over {result['seeds']} seeds. Seeds a paired 95% interval "
-                 f"of at most +-2 points needs (pipeline design): {result['seeds_for_2_points']}.")
+    lines.append(
+        f"Standard deviations in AP50 points over {result['seeds']} seeds. Seeds a paired 95% interval "
+        f"of at most +-2 points needs (pipeline design): {result['seeds_for_2_points']}."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -167,15 +213,24 @@ def main(argv=None) -> dict:
     parser.add_argument("--rows", nargs=2, default=["mini_rambo", "mini_ce"], help="experiment A and B (A - B)")
     parser.add_argument("--draws", type=int, default=200, help="bootstrap resamples")
     parser.add_argument("--jobs", type=int, default=2, help="training runs at once (one thread each)")
-    parser.add_argument("--override", action="append", default=[], dest="overrides",
-                        help="a Hydra override for every run (repeatable, e.g. --override schedule.epochs=1)")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        dest="overrides",
+        help="a Hydra override for every run (repeatable, e.g. --override schedule.epochs=1)",
+    )
     args = parser.parse_args(argv)
     if args.extra_test < MINI_TEST:
         parser.error(f"--extra-test must be at least {MINI_TEST} (one mini-sized part)")
     data_dir = prepare(args.work, args.extra_test)
     pairs = sorted({pair for listed in designs(args.seeds).values() for pair in listed})
     with ThreadPoolExecutor(args.jobs) as pool:
-        list(pool.map(lambda w: train(args.work, data_dir, "mini_warm_start", w, None, args.overrides), range(args.seeds)))
+        list(
+            pool.map(
+                lambda w: train(args.work, data_dir, "mini_warm_start", w, None, args.overrides), range(args.seeds)
+            )
+        )
         jobs = [(row, s, w) for row in args.rows for s, w in pairs]
         folders = list(pool.map(lambda job: train(args.work, data_dir, job[0], job[1], job[2], args.overrides), jobs))
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:

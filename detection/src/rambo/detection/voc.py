@@ -17,8 +17,25 @@ from PIL import Image
 from torchvision.transforms.functional import pil_to_tensor
 
 VOC_CLASSES = (
-    "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
-    "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train",
+    "aeroplane",
+    "bicycle",
+    "bird",
+    "boat",
+    "bottle",
+    "bus",
+    "car",
+    "cat",
+    "chair",
+    "cow",
+    "diningtable",
+    "dog",
+    "horse",
+    "motorbike",
+    "person",
+    "pottedplant",
+    "sheep",
+    "sofa",
+    "train",
     "tvmonitor",
 )
 
@@ -156,7 +173,9 @@ class VOCDetectionDataset(torch.utils.data.Dataset):
             pixels = pil_to_tensor(image.convert("RGB")).float() / 255.0
         target = {
             "boxes": torch.from_numpy(annotation.boxes[keep]).reshape(-1, 4),
-            "labels": torch.tensor([self.class_to_label[n] for n, k in zip(annotation.names, keep) if k], dtype=torch.int64),
+            "labels": torch.tensor(
+                [self.class_to_label[n] for n, k in zip(annotation.names, keep) if k], dtype=torch.int64
+            ),
             "difficult": torch.from_numpy(annotation.difficult[keep]),
             "image_id": annotation.image_id,
         }

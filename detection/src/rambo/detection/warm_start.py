@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+
 from rambo.harness.checkpoint import load_checkpoint
 from rambo.harness.download import md5_of
 

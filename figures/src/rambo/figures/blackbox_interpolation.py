@@ -18,6 +18,7 @@ limit ``lam -> 0`` away from ties (Vlastelica et al. 2020, Thm. 1).
 from __future__ import annotations
 
 import torch
+
 from rambo.core import exact_rank
 
 
@@ -43,6 +44,8 @@ def blackbox_interpolation(scores: torch.Tensor, weights: torch.Tensor, lam: flo
     if not lam > 0:
         raise ValueError(f"lam must be > 0 (the interpolation strength), got {lam}")
     if weights.shape != scores.shape[-1:]:
-        raise ValueError(f"weights must have shape [{scores.shape[-1]}] (one per ranked item), got {tuple(weights.shape)}")
+        raise ValueError(
+            f"weights must have shape [{scores.shape[-1]}] (one per ranked item), got {tuple(weights.shape)}"
+        )
     lam_raw = lam * scores.shape[-1]
     return (min_over_permutations(scores + lam_raw * weights) - min_over_permutations(scores)) / lam_raw

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import torch
+
 from rambo.core import exact_rank
 
 from .blackbox_interpolation import blackbox_interpolation
@@ -24,8 +24,13 @@ from .loss_section import LossSection
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="output folder")
-    parser.add_argument("--lams", type=float, nargs=2, default=[0.002, 0.01],
-                        help="two increasing interpolation strengths (rambo.core.rank's normalised lam)")
+    parser.add_argument(
+        "--lams",
+        type=float,
+        nargs=2,
+        default=[0.002, 0.01],
+        help="two increasing interpolation strengths (rambo.core.rank's normalised lam)",
+    )
     parser.add_argument("--dim", type=int, default=20, help="length N of the score vector w")
     parser.add_argument("--extent", type=float, default=1.0, help="half-width of the plotted square")
     parser.add_argument("--resolution", type=int, default=300, help="grid points per axis")
@@ -48,8 +53,13 @@ def main(argv=None) -> dict:
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), constrained_layout=True)
     draw_section(axes[0], true_loss, args.extent, "(a) true loss: piecewise constant")
     for ax, lam, label in zip(axes[1:], args.lams, ("(b)", "(c)")):
-        draw_section(ax, surfaces[f"lam={lam:g}"], args.extent, f"{label} blackbox interpolation, $\\lambda$ = {lam:g}",
-                     colorbar_label="interpolated loss $f_\\lambda(w)$")
+        draw_section(
+            ax,
+            surfaces[f"lam={lam:g}"],
+            args.extent,
+            f"{label} blackbox interpolation, $\\lambda$ = {lam:g}",
+            colorbar_label="interpolated loss $f_\\lambda(w)$",
+        )
     fig.suptitle(f"L(w) = <a, rank(w)> on a random 2-D section of $R^{{{args.dim}}}$")
     save_figure(fig, args.out, "fig1_landscape")
 
@@ -57,8 +67,12 @@ def main(argv=None) -> dict:
         "dim": args.dim,
         "resolution": args.resolution,
         "flat_fraction": {name: flat_fraction(values) for name, values in surfaces.items()},
-        "max_gap_below_true": {f"lam={lam:g}": float((true_loss - surfaces[f"lam={lam:g}"]).max()) for lam in args.lams},
-        "min_gap_below_true": {f"lam={lam:g}": float((true_loss - surfaces[f"lam={lam:g}"]).min()) for lam in args.lams},
+        "max_gap_below_true": {
+            f"lam={lam:g}": float((true_loss - surfaces[f"lam={lam:g}"]).max()) for lam in args.lams
+        },
+        "min_gap_below_true": {
+            f"lam={lam:g}": float((true_loss - surfaces[f"lam={lam:g}"]).min()) for lam in args.lams
+        },
     }
     save_numbers(numbers, args.out, "fig1_landscape")
     return numbers

@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+
 from rambo.core.metrics import average_precision
 
 from .figure_style import OKABE_ITO, save_figure, save_numbers
@@ -42,8 +43,11 @@ def main(argv=None) -> dict:
         row = {"batch_size": batch_size}
         for name, tau in curves.items():
             estimates = minibatch_map_estimates(scores, relevant, batch_size, args.batches, tau, args.seed + batch_size)
-            row[name] = {"mean": float(estimates.mean()), "std": float(estimates.std()) if len(estimates) > 1 else 0.0,
-                         "batches": len(estimates)}
+            row[name] = {
+                "mean": float(estimates.mean()),
+                "std": float(estimates.std()) if len(estimates) > 1 else 0.0,
+                "batches": len(estimates),
+            }
         rows.append(row)
 
     fig, (ax_map, ax_bias) = plt.subplots(1, 2, figsize=(10, 3.8), constrained_layout=True)
@@ -53,10 +57,18 @@ def main(argv=None) -> dict:
         std = [row[name]["std"] for row in rows]
         label = "mini-batch estimate" if tau == 0 else f"estimate with score memory ($\\tau$ = {tau})"
         ax_map.plot(sizes, mean, marker=marker, color=colour, label=label + ", mean")
-        ax_map.fill_between(sizes, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
-                            color=colour, alpha=0.2, label=label + ", $\\pm$1 std")
+        ax_map.fill_between(
+            sizes,
+            [m - s for m, s in zip(mean, std)],
+            [m + s for m, s in zip(mean, std)],
+            color=colour,
+            alpha=0.2,
+            label=label + ", $\\pm$1 std",
+        )
         ax_bias.plot(sizes, [m - true_map for m in mean], marker=marker, color=colour, label=label)
-    ax_map.axhline(true_map, color=OKABE_ITO["black"], linestyle="--", label=f"true mAP of the dataset ({true_map:.3f})")
+    ax_map.axhline(
+        true_map, color=OKABE_ITO["black"], linestyle="--", label=f"true mAP of the dataset ({true_map:.3f})"
+    )
     for ax in (ax_map, ax_bias):
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [str(size) for size in sizes])
@@ -65,7 +77,9 @@ def main(argv=None) -> dict:
     ax_bias.axhline(0.0, color=OKABE_ITO["black"], linestyle="--", linewidth=0.8)
     ax_bias.set(xlabel="batch size (items)", ylabel="bias: mean estimate - true mAP", title="bias of the estimate")
     ax_bias.legend(loc="upper right")
-    fig.suptitle(f"{args.items} items, {args.classes} classes, scores = {args.signal:g} x class evidence + N(0, 1) noise")
+    fig.suptitle(
+        f"{args.items} items, {args.classes} classes, scores = {args.signal:g} x class evidence + N(0, 1) noise"
+    )
     save_figure(fig, args.out, "fig2_minibatch_map")
 
     numbers = {"true_map": true_map, "tau": args.tau, "curves": list(curves), "rows": rows}

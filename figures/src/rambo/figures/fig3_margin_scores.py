@@ -28,8 +28,12 @@ def parse_args(argv=None):
     parser.add_argument("--with-margin", type=Path, required=True, help="scores of the run trained with the margin")
     parser.add_argument("--margin", type=float, help="the margin alpha of the second run (Eq. 14), for the title")
     parser.add_argument("--bins", type=int, default=60, help="histogram bins")
-    parser.add_argument("--max-pairs", type=int, default=1_000_000,
-                        help="at most this many positive and this many negative pairs per run, drawn at random (seed 0)")
+    parser.add_argument(
+        "--max-pairs",
+        type=int,
+        default=1_000_000,
+        help="at most this many positive and this many negative pairs per run, drawn at random (seed 0)",
+    )
     args = parser.parse_args(argv)
     if args.max_pairs < 1:
         parser.error("--max-pairs must be >= 1")
@@ -56,8 +60,19 @@ def main(argv=None) -> dict:
     fig, axes = plt.subplots(2, 1, figsize=(6.5, 5.5), sharex=True, constrained_layout=True)
     numbers = {}
     for ax, (name, (positives, negatives)) in zip(axes, runs.items()):
-        for values, colour, label, hatch in ((negatives, NEGATIVE, "negative pairs", "//"), (positives, POSITIVE, "positive pairs", None)):
-            ax.hist(values.numpy(), bins=edges, density=True, color=colour, alpha=0.35, hatch=hatch, label=f"{label} ({len(values)})")
+        for values, colour, label, hatch in (
+            (negatives, NEGATIVE, "negative pairs", "//"),
+            (positives, POSITIVE, "positive pairs", None),
+        ):
+            ax.hist(
+                values.numpy(),
+                bins=edges,
+                density=True,
+                color=colour,
+                alpha=0.35,
+                hatch=hatch,
+                label=f"{label} ({len(values)})",
+            )
             ax.hist(values.numpy(), bins=edges, density=True, color=colour, histtype="step", linewidth=1.5)
             ax.axvline(float(values.mean()), color=colour, linestyle="--", linewidth=1.2)
         numbers[name] = summary(positives, negatives)

@@ -41,9 +41,13 @@ def main(argv=None) -> dict:
     k = min(args.top_k, dump["correct"].shape[1])
     border = max(2, args.size // 20)
 
-    fig, axes = plt.subplots(queries, k + 1, figsize=(1.5 * (k + 1), 1.6 * queries), squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(
+        queries, k + 1, figsize=(1.5 * (k + 1), 1.6 * queries), squeeze=False, constrained_layout=True
+    )
     for row in range(queries):
-        query = with_border(thumbnail(as_image(dump["query"][row], args.image_root), args.size), OKABE_ITO["black"], border)
+        query = with_border(
+            thumbnail(as_image(dump["query"][row], args.image_root), args.size), OKABE_ITO["black"], border
+        )
         axes[row, 0].imshow(query)
         axes[row, 0].set_title("query" if row == 0 else "", fontsize=9)
         for rank in range(k):
@@ -51,14 +55,25 @@ def main(argv=None) -> dict:
             image = thumbnail(as_image(dump["results"][row, rank], args.image_root), args.size)
             ax = axes[row, rank + 1]
             ax.imshow(with_border(image, POSITIVE if correct else NEGATIVE, border))
-            ax.text(0.93, 0.93, "\u2713" if correct else "\u2717", transform=ax.transAxes, ha="right", va="top",
-                    fontsize=12, fontweight="bold", color="white",
-                    bbox={"boxstyle": "round,pad=0.1", "facecolor": POSITIVE if correct else NEGATIVE, "edgecolor": "none"})
+            ax.text(
+                0.93,
+                0.93,
+                "\u2713" if correct else "\u2717",
+                transform=ax.transAxes,
+                ha="right",
+                va="top",
+                fontsize=12,
+                fontweight="bold",
+                color="white",
+                bbox={"boxstyle": "round,pad=0.1", "facecolor": POSITIVE if correct else NEGATIVE, "edgecolor": "none"},
+            )
             if row == 0:
                 ax.set_title(f"result {rank + 1}", fontsize=9)
     for ax in axes.flat:
         ax.set_axis_off()
-    fig.suptitle(f"top-{k} retrievals: green frame and tick = same class as the query, red frame and cross = other class")
+    fig.suptitle(
+        f"top-{k} retrievals: green frame and tick = same class as the query, red frame and cross = other class"
+    )
     save_figure(fig, args.out, "fig4_retrievals")
 
     shown = dump["correct"][:queries, :k]

@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+
 from rambo.core import exact_rank
 
 from .blackbox_interpolation import blackbox_interpolation
@@ -27,8 +28,13 @@ from .loss_section import LossSection
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="output folder")
-    parser.add_argument("--lams", type=float, nargs="+", default=[0.001, 0.003, 0.01, 0.03],
-                        help="increasing blackbox strengths (rambo.core.rank's lam)")
+    parser.add_argument(
+        "--lams",
+        type=float,
+        nargs="+",
+        default=[0.001, 0.003, 0.01, 0.03],
+        help="increasing blackbox strengths (rambo.core.rank's lam)",
+    )
     parser.add_argument("--bins", type=int, nargs="+", default=[5, 10, 20, 40], help="increasing FastAP bin counts")
     parser.add_argument("--dim", type=int, default=20, help="length N of the score vector w")
     parser.add_argument("--extent", type=float, default=1.0, help="half-width of the plotted square")
@@ -45,7 +51,9 @@ def main(argv=None) -> dict:
     true_loss = section.loss_of_ranks(exact_rank(points))
     rows = {
         "blackbox": {f"lam={lam:g}": blackbox_interpolation(points, section.weights, lam) for lam in args.lams},
-        "fastap": {f"bins={bins}": section.loss_of_ranks(fastap_soft_rank(points, bins, score_range)) for bins in args.bins},
+        "fastap": {
+            f"bins={bins}": section.loss_of_ranks(fastap_soft_rank(points, bins, score_range)) for bins in args.bins
+        },
     }
     columns = max(len(args.lams), len(args.bins))
     fig, axes = plt.subplots(2, columns, figsize=(4.3 * columns, 7.2), squeeze=False, constrained_layout=True)
@@ -54,14 +62,17 @@ def main(argv=None) -> dict:
         prefix, values = labels[name]
         for ax, value, surface in zip(row_axes, values, surfaces.values()):
             draw_section(ax, surface, args.extent, f"{prefix}{value:g}", colorbar_label="loss with surrogate ranks")
-        for ax in row_axes[len(surfaces):]:
+        for ax in row_axes[len(surfaces) :]:
             ax.set_axis_off()
     fig.suptitle(f"Evolution of the section of L(w) = <a, rank(w)>, $R^{{{args.dim}}}$, with the surrogates' parameter")
     save_figure(fig, args.out, "fig5_landscape_evolution")
 
     numbers = {
         name: {
-            key: {"flat_fraction": flat_fraction(surface), "mean_abs_difference_from_true": float((surface - true_loss).abs().mean())}
+            key: {
+                "flat_fraction": flat_fraction(surface),
+                "mean_abs_difference_from_true": float((surface - true_loss).abs().mean()),
+            }
             for key, surface in surfaces.items()
         }
         for name, surfaces in rows.items()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
+
 from rambo.core import exact_rank
 
 from .blackbox_interpolation import blackbox_interpolation
@@ -42,7 +43,7 @@ def sodeep_ranks(sorter, points: torch.Tensor, chunk: int = 4096) -> torch.Tenso
     """The sorter's ranks of ``points: [..., N]``, in chunks of rows to bound memory."""
     rows = points.reshape(-1, points.shape[-1]).float()
     with torch.no_grad():
-        ranks = torch.cat([sorter(rows[start:start + chunk]) for start in range(0, len(rows), chunk)])
+        ranks = torch.cat([sorter(rows[start : start + chunk]) for start in range(0, len(rows), chunk)])
     return ranks.double().reshape(points.shape)
 
 
@@ -75,7 +76,9 @@ def main(argv=None) -> dict:
     numbers = {
         "dim": dim,
         "flat_fraction": {name: flat_fraction(values) for name, values in surfaces.items()},
-        "mean_abs_difference_from_true": {name: float((values - true_loss).abs().mean()) for name, values in surfaces.items()},
+        "mean_abs_difference_from_true": {
+            name: float((values - true_loss).abs().mean()) for name, values in surfaces.items()
+        },
     }
     save_numbers(numbers, args.out, "fig6_surrogate_landscapes")
     return numbers

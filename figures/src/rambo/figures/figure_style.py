@@ -14,6 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: scripts run headless in tests and pipeline stages
 import matplotlib.pyplot as plt  # noqa: E402
+
 from rambo.harness.atomic import atomic_path  # noqa: E402
 
 OKABE_ITO = {
@@ -57,8 +58,12 @@ def save_figure(fig, out_dir: Path, name: str) -> list[Path]:
         ext = path.suffix[1:]
         # No creation date in the PDF: a rerun of an unchanged figure gives the same bytes.
         metadata = {"CreationDate": None} if ext == "pdf" else None
-        _replace_atomically(path, lambda temporary, ext=ext, metadata=metadata: fig.savefig(
-            temporary, format=ext, bbox_inches="tight", metadata=metadata))
+        _replace_atomically(
+            path,
+            lambda temporary, ext=ext, metadata=metadata: fig.savefig(
+                temporary, format=ext, bbox_inches="tight", metadata=metadata
+            ),
+        )
     plt.close(fig)
     return paths
 

@@ -23,7 +23,7 @@ class LossSection:
     extent: float
 
     @classmethod
-    def random(cls, dim: int = 20, extent: float = 1.0, seed: int = 0) -> "LossSection":
+    def random(cls, dim: int = 20, extent: float = 1.0, seed: int = 0) -> LossSection:
         if dim < 2:
             raise ValueError(f"dim (length of the score vector) must be >= 2, got {dim}")
         if not extent > 0:

@@ -10,6 +10,7 @@ the items each epoch (the last incomplete slice is dropped).
 from __future__ import annotations
 
 import torch
+
 from rambo.core import ScoreMemory
 from rambo.core.metrics import average_precision
 
@@ -42,11 +43,12 @@ def batch_stream(items: int, batch_size: int, generator: torch.Generator):
     while True:
         permutation = torch.randperm(items, generator=generator)
         for start in range(0, items - batch_size + 1, batch_size):
-            yield permutation[start:start + batch_size]
+            yield permutation[start : start + batch_size]
 
 
-def minibatch_map_estimates(scores: torch.Tensor, relevant: torch.Tensor, batch_size: int, batches: int,
-                            tau: int = 0, seed: int = 0) -> torch.Tensor:
+def minibatch_map_estimates(
+    scores: torch.Tensor, relevant: torch.Tensor, batch_size: int, batches: int, tau: int = 0, seed: int = 0
+) -> torch.Tensor:
     """``[batches]`` mAP estimates of successive mini-batches; with ``tau > 0`` after the memory has filled.
 
     Classes without a positive in the ranked columns are left out of a batch's mean (AP is undefined

@@ -23,14 +23,18 @@ def load_retrievals(path: Path) -> dict:
     with np.load(path, allow_pickle=False) as archive:
         missing = {"query", "results", "correct"} - set(archive.files)
         if missing:
-            raise ValueError(f"{path.name} lacks the array(s) {sorted(missing)}; it needs 'query', 'results', 'correct'")
+            raise ValueError(
+                f"{path.name} lacks the array(s) {sorted(missing)}; it needs 'query', 'results', 'correct'"
+            )
         dump = {key: archive[key] for key in ("query", "results", "correct")}
     if dump["correct"].ndim != 2:
         raise ValueError(f"{path.name}: correct must be [queries, k], got shape {dump['correct'].shape}")
     q, k = dump["correct"].shape
     if len(dump["query"]) != q or dump["results"].shape[:2] != (q, k):
-        raise ValueError(f"{path.name}: query {dump['query'].shape}, results {dump['results'].shape} and correct "
-                         f"{dump['correct'].shape} disagree on the number of queries / results")
+        raise ValueError(
+            f"{path.name}: query {dump['query'].shape}, results {dump['results'].shape} and correct "
+            f"{dump['correct'].shape} disagree on the number of queries / results"
+        )
     dump["correct"] = dump["correct"].astype(bool)
     return dump
 
@@ -54,7 +58,9 @@ def thumbnail(image: np.ndarray, size: int) -> np.ndarray:
     """``[size, size, 3]``: the image scaled to fit, centred on white (aspect ratio kept)."""
     picture = Image.fromarray(image)
     scale = size / max(picture.width, picture.height)  # up or down: small dataset images fill the cell too
-    picture = picture.resize((max(1, round(picture.width * scale)), max(1, round(picture.height * scale))), Image.LANCZOS)
+    picture = picture.resize(
+        (max(1, round(picture.width * scale)), max(1, round(picture.height * scale))), Image.LANCZOS
+    )
     canvas = Image.new("RGB", (size, size), "white")
     canvas.paste(picture, ((size - picture.width) // 2, (size - picture.height) // 2))
     return np.asarray(canvas)
@@ -62,8 +68,8 @@ def thumbnail(image: np.ndarray, size: int) -> np.ndarray:
 
 def with_border(image: np.ndarray, colour: str, width: int) -> np.ndarray:
     """``[H + 2w, W + 2w, 3]``: the image framed by ``width`` pixels of ``colour`` (``#RRGGBB``)."""
-    rgb = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=np.uint8)
+    rgb = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)], dtype=np.uint8)
     framed = np.empty((image.shape[0] + 2 * width, image.shape[1] + 2 * width, 3), dtype=np.uint8)
     framed[:] = rgb
-    framed[width:width + image.shape[0], width:width + image.shape[1]] = image
+    framed[width : width + image.shape[0], width : width + image.shape[1]] = image
     return framed

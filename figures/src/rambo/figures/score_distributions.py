@@ -21,7 +21,10 @@ def load_pair_scores(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         with np.load(path) as archive:
             contents = {key: torch.from_numpy(archive[key]) for key in archive.files}
     elif path.suffix == ".pt":
-        contents = {key: torch.as_tensor(value) for key, value in torch.load(path, map_location="cpu", weights_only=True).items()}
+        contents = {
+            key: torch.as_tensor(value)
+            for key, value in torch.load(path, map_location="cpu", weights_only=True).items()
+        }
     else:
         raise ValueError(f"score file must be .npz or .pt, got {path.name}")
     missing = {"scores", "relevant"} - set(contents)
@@ -29,7 +32,9 @@ def load_pair_scores(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"{path.name} lacks the array(s) {sorted(missing)}; it needs 'scores' and 'relevant'")
     scores, relevant = contents["scores"].double(), contents["relevant"]
     if scores.shape != relevant.shape:
-        raise ValueError(f"{path.name}: scores {tuple(scores.shape)} and relevant {tuple(relevant.shape)} differ in shape")
+        raise ValueError(
+            f"{path.name}: scores {tuple(scores.shape)} and relevant {tuple(relevant.shape)} differ in shape"
+        )
     if not bool(((relevant == 0) | (relevant == 1)).all()):
         raise ValueError(f"{path.name}: relevant must be bool or 0/1")
     if not bool(torch.isfinite(scores).all()):

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 import torch
+
 from rambo.core import exact_rank
 
 
@@ -62,8 +63,10 @@ def load_sorter(path: Path) -> tuple[SoDeepSorter, dict]:
     """The trained sorter (eval mode) and its training record from a checkpoint of ``train_sodeep.py``."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"SoDeep checkpoint not found: {path}; train it first with "
-                         f"`python -m rambo.figures.train_sodeep --out {path.parent}`")
+        raise ValueError(
+            f"SoDeep checkpoint not found: {path}; train it first with "
+            f"`python -m rambo.figures.train_sodeep --out {path.parent}`"
+        )
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     if not {"state_dict", "config"} <= set(checkpoint):
         raise ValueError(f"{path} is not a SoDeep checkpoint (needs 'state_dict' and 'config')")

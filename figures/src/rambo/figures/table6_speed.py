@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+
 from rambo.core.benchmark import PAPER_TABLE_6
 
 from .figure_style import OKABE_ITO, save_figure, save_numbers
@@ -59,29 +60,73 @@ def main(argv=None) -> dict:
     fig, ax = plt.subplots(figsize=(6.5, 4.8), constrained_layout=True)
     for device, marker in (("cpu", "o"), ("cuda", "s")):
         sizes = sorted(PAPER_TABLE_6[device])
-        ax.plot(sizes, [PAPER_TABLE_6[device][n] for n in sizes], color=OKABE_ITO["black"], linestyle=":" if device == "cpu" else "-.",
-                marker=marker, markerfacecolor="none", label=PAPER_LABELS[device])
+        ax.plot(
+            sizes,
+            [PAPER_TABLE_6[device][n] for n in sizes],
+            color=OKABE_ITO["black"],
+            linestyle=":" if device == "cpu" else "-.",
+            marker=marker,
+            markerfacecolor="none",
+            label=PAPER_LABELS[device],
+        )
     numbers = {"runs": []}
-    run_colours = [(OKABE_ITO["blue"], OKABE_ITO["orange"], OKABE_ITO["sky_blue"]),
-                   (OKABE_ITO["vermillion"], OKABE_ITO["reddish_purple"], OKABE_ITO["bluish_green"])]
+    run_colours = [
+        (OKABE_ITO["blue"], OKABE_ITO["orange"], OKABE_ITO["sky_blue"]),
+        (OKABE_ITO["vermillion"], OKABE_ITO["reddish_purple"], OKABE_ITO["bluish_green"]),
+    ]
     for bench, (ours_colour, reference_colour, sort_colour) in zip(benches, run_colours * len(benches)):
         label, rows = run_label(bench), bench["rows"]
         sizes = [row["n"] for row in rows]
-        ax.plot(sizes, [row["ours_ms"] for row in rows], color=ours_colour, marker="o", linewidth=2, label=f"this project, {label}")
+        ax.plot(
+            sizes,
+            [row["ours_ms"] for row in rows],
+            color=ours_colour,
+            marker="o",
+            linewidth=2,
+            label=f"this project, {label}",
+        )
         with_reference = [row for row in rows if row.get("reference_ms") is not None]
         if with_reference:
-            ax.plot([row["n"] for row in with_reference], [row["reference_ms"] for row in with_reference], color=reference_colour,
-                    marker="^", label=f"reference algorithm, {label}")
-        ax.plot(sizes, [row["sort_ms"] for row in rows], color=sort_colour, marker="x", linestyle="--",
-                label=f"one float32 sort, {label}")
-        numbers["runs"].append({
-            "label": label,
-            "rows": [{"n": row["n"], "ours_ms": row["ours_ms"], "reference_ms": row.get("reference_ms"), "sort_ms": row["sort_ms"],
-                      "speedup_vs_reference": row["reference_ms"] / row["ours_ms"] if row.get("reference_ms") else None,
-                      "paper_ms": PAPER_TABLE_6.get(row.get("device", "cpu"), {}).get(row["n"])} for row in rows],
-        })
-    ax.set(xscale="log", yscale="log", xlabel="sequence length n (scores)", ylabel="forward + backward time (ms)",
-           title="AP loss: time against sequence length (paper Table 6)")
+            ax.plot(
+                [row["n"] for row in with_reference],
+                [row["reference_ms"] for row in with_reference],
+                color=reference_colour,
+                marker="^",
+                label=f"reference algorithm, {label}",
+            )
+        ax.plot(
+            sizes,
+            [row["sort_ms"] for row in rows],
+            color=sort_colour,
+            marker="x",
+            linestyle="--",
+            label=f"one float32 sort, {label}",
+        )
+        numbers["runs"].append(
+            {
+                "label": label,
+                "rows": [
+                    {
+                        "n": row["n"],
+                        "ours_ms": row["ours_ms"],
+                        "reference_ms": row.get("reference_ms"),
+                        "sort_ms": row["sort_ms"],
+                        "speedup_vs_reference": row["reference_ms"] / row["ours_ms"]
+                        if row.get("reference_ms")
+                        else None,
+                        "paper_ms": PAPER_TABLE_6.get(row.get("device", "cpu"), {}).get(row["n"]),
+                    }
+                    for row in rows
+                ],
+            }
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="sequence length n (scores)",
+        ylabel="forward + backward time (ms)",
+        title="AP loss: time against sequence length (paper Table 6)",
+    )
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="upper left", fontsize=7)
     save_figure(fig, args.out, "table6_speed")

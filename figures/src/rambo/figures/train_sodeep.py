@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 import torch
+
 from rambo.core import exact_rank
 from rambo.harness.atomic import save_torch
 
@@ -69,8 +70,13 @@ def main(argv=None) -> dict:
         loss_after = float(sorting_loss(sorter, validation, args.loss))
         rank_error = float((sorter(validation) - exact_rank(validation)).abs().mean())
 
-    numbers = {"steps": args.steps, "loss": args.loss, "validation_loss_before": loss_before,
-               "validation_loss_after": loss_after, "mean_abs_rank_error_after": rank_error}
+    numbers = {
+        "steps": args.steps,
+        "loss": args.loss,
+        "validation_loss_before": loss_before,
+        "validation_loss_after": loss_after,
+        "mean_abs_rank_error_after": rank_error,
+    }
     config = {"hidden": args.hidden, "layers": args.layers, "length": args.length}
     save_checkpoint({"state_dict": sorter.state_dict(), "config": config, "training": numbers}, args.out / CHECKPOINT)
     save_numbers(numbers, args.out, "sodeep_sorter")

@@ -58,8 +58,9 @@ def write_tar(path: Path, files: dict[str, bytes], mtime: int, gzipped: bool = F
     return path
 
 
-def stand_in_main(prog: str, description: str, write_archives: Callable[[Path, int], list[Path]],
-                  argv: list[str] | None = None) -> int:  # fmt: skip
+def stand_in_main(
+    prog: str, description: str, write_archives: Callable[[Path, int], list[Path]], argv: list[str] | None = None
+) -> int:
     """The command line of an app's stand-in archives: ``prog OUT_DIR [--seed N]``, prints each path."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("out_dir", type=Path, help="folder to write the archives into (created)")

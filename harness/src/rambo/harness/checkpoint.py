@@ -24,10 +24,15 @@ def rng_states() -> dict:
     name, keys, position, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
     states = {
         "python": {"version": version, "state": list(internal), "gauss": gauss},
-        "numpy": {"name": str(name), "keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
+        "numpy": {
+            "name": str(name),
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "position": int(position),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
         "torch": torch.get_rng_state(),
-    }  # fmt: skip
+    }
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -39,14 +44,23 @@ def set_rng_states(states: dict) -> None:
     python = states["python"]
     random.setstate((python["version"], tuple(python["state"]), python["gauss"]))
     numpy = states["numpy"]
-    np.random.set_state((numpy["name"], numpy["keys"].numpy().astype(np.uint32), numpy["position"],
-                         numpy["has_gauss"], numpy["cached_gaussian"]))  # fmt: skip
+    np.random.set_state(
+        (
+            numpy["name"],
+            numpy["keys"].numpy().astype(np.uint32),
+            numpy["position"],
+            numpy["has_gauss"],
+            numpy["cached_gaussian"],
+        )
+    )
     torch.set_rng_state(states["torch"])
     if "cuda" in states and torch.cuda.is_available():
         cuda = list(states["cuda"])
         if len(cuda) != torch.cuda.device_count():
-            raise ValueError(f"checkpoint holds {len(cuda)} CUDA generator states, this machine has "
-                             f"{torch.cuda.device_count()} devices: resume on as many devices")  # fmt: skip
+            raise ValueError(
+                f"checkpoint holds {len(cuda)} CUDA generator states, this machine has "
+                f"{torch.cuda.device_count()} devices: resume on as many devices"
+            )
         torch.cuda.set_rng_state_all(cuda)
 
 

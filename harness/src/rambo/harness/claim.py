@@ -67,10 +67,15 @@ def holder_record(run: str) -> dict:
     """Who this process is, as a claim records it."""
     env = os.environ
     return {
-        "run": run, "host": socket.gethostname(), "pid": os.getpid(), "pid_start": _process_start(os.getpid()),
-        "slurm_job_id": env.get("SLURM_JOB_ID"), "slurm_restart_count": int(env.get("SLURM_RESTART_COUNT", 0) or 0),
-        "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "token": uuid.uuid4().hex,
-    }  # fmt: skip
+        "run": run,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "pid_start": _process_start(os.getpid()),
+        "slurm_job_id": env.get("SLURM_JOB_ID"),
+        "slurm_restart_count": int(env.get("SLURM_RESTART_COUNT", 0) or 0),
+        "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "token": uuid.uuid4().hex,
+    }
 
 
 def holder_is_gone(holder: dict, me: dict) -> str | None:
@@ -100,8 +105,10 @@ def holder_is_gone(holder: dict, me: dict) -> str | None:
 
 def describe(holder: dict) -> str:
     job = f", SLURM job {holder['slurm_job_id']}" if holder.get("slurm_job_id") else ""
-    return (f"run {holder.get('run')!r} (host {holder.get('host')}, process {holder.get('pid')}{job}, "
-            f"since {holder.get('since')})")  # fmt: skip
+    return (
+        f"run {holder.get('run')!r} (host {holder.get('host')}, process {holder.get('pid')}{job}, "
+        f"since {holder.get('since')})"
+    )
 
 
 def _read(path: Path) -> dict | None:
@@ -123,7 +130,7 @@ class FolderClaim:
         self.me = holder_record(run)
         self.held = False
 
-    def acquire(self) -> "FolderClaim":
+    def acquire(self) -> FolderClaim:
         """Take the claim, recovering one whose holder is gone; :class:`FolderClaimedError` when a
         live run holds it."""
         self.folder.mkdir(parents=True, exist_ok=True)

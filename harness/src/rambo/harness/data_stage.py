@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -60,7 +60,10 @@ def compose_data(config_dir: str | Path, name: str, data_dir: str | Path, overri
 def compose_rows(config_dir: str | Path, rows: Sequence[str], overrides: Sequence[str] = ()) -> dict:
     """``{row: its model node}``: the app's ``train`` config with ``experiment=<row>`` and ``overrides``."""
     with initialize_config_dir(str(config_dir), version_base="1.3"):
-        return {row: compose("train", overrides=[f"experiment={row}", *overrides, "output_dir=unused"]).model for row in rows}
+        return {
+            row: compose("train", overrides=[f"experiment={row}", *overrides, "output_dir=unused"]).model
+            for row in rows
+        }
 
 
 def rows_of_params(path: str | Path, task: str) -> list[str]:
@@ -91,14 +94,18 @@ class DataStage:
     task: str | None = None  # the app's key in a pipeline params file (``--rows-from``)
     weights_url: Callable[[str], str] | None = None  # backbone -> the official URL of its ImageNet weights
 
-    def prepare(self, data_dir: str | Path, names: Sequence[str], overrides: Sequence[str] = (),
-                source: Source = Source()) -> list[Path]:  # fmt: skip
+    def prepare(
+        self, data_dir: str | Path, names: Sequence[str], overrides: Sequence[str] = (), source: Source = Source()
+    ) -> list[Path]:
         """``prepare_one`` for each dataset in ``names`` under ``data_dir`` (the runs' ``data_dir``,
         composed with the runs' ``overrides``); returns the folders it put in place."""
         unknown = sorted(set(names) - set(self.choices))
         if unknown:
             raise ValueError(f"unknown datasets {unknown}; choose from {tuple(self.choices)}")
-        return [Path(self.prepare_one(name, compose_data(self.config_dir, name, data_dir, overrides), source)) for name in names]
+        return [
+            Path(self.prepare_one(name, compose_data(self.config_dir, name, data_dir, overrides), source))
+            for name in names
+        ]
 
     def weights_files(self, rows: Sequence[str], overrides: Sequence[str] = ()) -> list[WeightsFile]:
         """The weights files ``rows`` (composed with ``overrides``) load: one per backbone and path,
@@ -117,8 +124,9 @@ class DataStage:
             needed.setdefault(key, (url, []))[1].append(row)
         return [WeightsFile(backbone, url, path, tuple(names)) for (backbone, path), (url, names) in needed.items()]
 
-    def check_weights(self, rows: Sequence[str], overrides: Sequence[str] = (),
-                      sums: str | Path | None = None) -> list[Path]:  # fmt: skip
+    def check_weights(
+        self, rows: Sequence[str], overrides: Sequence[str] = (), sums: str | Path | None = None
+    ) -> list[Path]:
         """Check the weights ``rows`` load (:meth:`weights_files`, :func:`rambo.harness.weights.check_weights`);
         ``sums``: a ``SHA256SUMS`` file whose hashes replace those of the files it lists."""
         files = self.weights_files(rows, overrides)
@@ -135,21 +143,48 @@ class DataStage:
         ``error: ...`` with the manual steps and return 1."""
         parser = argparse.ArgumentParser(prog=self.prog, description=self.description)
         parser.add_argument("--data-dir", required=True, help="the runs' data_dir")
-        parser.add_argument("--data", nargs="+", required=True, choices=self.choices, help="datasets (the runs' data=...)")
-        parser.add_argument("--no-verify", action="store_true", help="ignored (kept for old scripts): pinned checksums "
-                            "are always checked, and files without one are used with a warning")
-        parser.add_argument("--mirror", help="a folder or URL holding the archives under their official names "
-                            "(checksums from its MD5SUMS where it lists them), used instead of the official URLs")
-        parser.add_argument("--archives", type=Path, help="keep downloaded archives in this folder (default: each "
-                            "dataset's folder)")
-        parser.add_argument("--rows", nargs="+", default=[], help="experiments whose pretrained weights are "
-                            "checked (composed with the runs' overrides) before any dataset")
-        parser.add_argument("--rows-from", type=Path, help="a pipeline params file (params.yaml): check the weights of "
-                            f"every row it runs ({self.task}.experiments, .ablations, .warm_start.experiments)")
-        parser.add_argument("--weights-sums", type=Path, help="a SHA256SUMS file whose hashes replace the official ones "
-                            "of the weights files it lists (stand-in weights)")
-        parser.add_argument("--weights-overrides", nargs="+", help="compose the rows of the weights check with these "
-                            "Hydra overrides instead of the runs' (paper-smoke: profile=paper)")
+        parser.add_argument(
+            "--data", nargs="+", required=True, choices=self.choices, help="datasets (the runs' data=...)"
+        )
+        parser.add_argument(
+            "--no-verify",
+            action="store_true",
+            help="ignored (kept for old scripts): pinned checksums "
+            "are always checked, and files without one are used with a warning",
+        )
+        parser.add_argument(
+            "--mirror",
+            help="a folder or URL holding the archives under their official names "
+            "(checksums from its MD5SUMS where it lists them), used instead of the official URLs",
+        )
+        parser.add_argument(
+            "--archives", type=Path, help="keep downloaded archives in this folder (default: each dataset's folder)"
+        )
+        parser.add_argument(
+            "--rows",
+            nargs="+",
+            default=[],
+            help="experiments whose pretrained weights are "
+            "checked (composed with the runs' overrides) before any dataset",
+        )
+        parser.add_argument(
+            "--rows-from",
+            type=Path,
+            help="a pipeline params file (params.yaml): check the weights of "
+            f"every row it runs ({self.task}.experiments, .ablations, .warm_start.experiments)",
+        )
+        parser.add_argument(
+            "--weights-sums",
+            type=Path,
+            help="a SHA256SUMS file whose hashes replace the official ones "
+            "of the weights files it lists (stand-in weights)",
+        )
+        parser.add_argument(
+            "--weights-overrides",
+            nargs="+",
+            help="compose the rows of the weights check with these "
+            "Hydra overrides instead of the runs' (paper-smoke: profile=paper)",
+        )
         parser.add_argument("overrides", nargs="*", help="Hydra overrides of the runs, after --")
         args = parser.parse_args(argv)
         try:
@@ -162,8 +197,11 @@ class DataStage:
                 overrides = args.overrides if args.weights_overrides is None else args.weights_overrides
                 self.check_weights(rows, overrides, args.weights_sums)
             if args.no_verify:
-                print("warning: --no-verify is ignored: pinned checksums are always checked, and files without "
-                      "one (In-shop) are used with a warning", file=sys.stderr)
+                print(
+                    "warning: --no-verify is ignored: pinned checksums are always checked, and files without "
+                    "one (In-shop) are used with a warning",
+                    file=sys.stderr,
+                )
             source = Source(verify=True, mirror=args.mirror, archive_dir=args.archives)
             folders = self.prepare(args.data_dir, args.data, args.overrides, source)
         except (DownloadError, ArchiveError, PrepareError, WeightsError) as error:

@@ -66,8 +66,14 @@ def init_process_group(setup: DistributedSetup, backend: str | None = None) -> N
         os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SLURM_JOB_ID", "9500")) % 20000))
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     dist.init_process_group(backend, rank=setup.rank, world_size=setup.world_size)
-    log.info("process %d of %d (rank from %s, local rank %d, %s)", setup.rank, setup.world_size, setup.source,
-             setup.local_rank, backend)  # fmt: skip
+    log.info(
+        "process %d of %d (rank from %s, local rank %d, %s)",
+        setup.rank,
+        setup.world_size,
+        setup.source,
+        setup.local_rank,
+        backend,
+    )
     if torch.cuda.is_available():
         torch.cuda.set_device(setup.local_rank)
 
@@ -123,8 +129,18 @@ class ShardedBatchSampler(torch.utils.data.Sampler):
 
 MAX_GATHERED_DIMS = 8  # the shape descriptor that gather_with_grad exchanges has room for this many dimensions
 # dtypes named by their position here in that descriptor (a Python hash of the name differs between processes)
-GATHERED_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16,
-                   torch.int8, torch.uint8, torch.bool)
+GATHERED_DTYPES = (
+    torch.float64,
+    torch.float32,
+    torch.bfloat16,
+    torch.float16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+)
 
 
 def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:

@@ -104,9 +104,10 @@ def _stream(url: str, partial: Path, name: str, show_progress: bool, timeout: fl
             raise _Refused(f"got a web page (Content-Type {content_type}) instead of the file")
         total = int(headers.get("Content-Length") or 0)
         written = 0
-        with open(partial, "wb") as handle, tqdm(
-            total=total or None, unit="B", unit_scale=True, desc=name, disable=not show_progress
-        ) as progress:
+        with (
+            open(partial, "wb") as handle,
+            tqdm(total=total or None, unit="B", unit_scale=True, desc=name, disable=not show_progress) as progress,
+        ):
             for chunk in iter(lambda: response.read(CHUNK_BYTES), b""):
                 if written == 0 and not html_expected and _looks_like_html(chunk):
                     raise _Refused("got a web page instead of the file")
@@ -194,15 +195,20 @@ def ensure_dataset(
     missing = [item for item in files if item.in_place(root) is None]
     unverifiable = [item.filename for item in missing if item.md5 is None]
     if unverifiable:
-        print(f"warning: {', '.join(unverifiable)} have no published checksum: they are used unverified "
-              f"(the MD5 found is printed; compare it with another copy){f' ({homepage})' if homepage else ''}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: {', '.join(unverifiable)} have no published checksum: they are used unverified "
+            f"(the MD5 found is printed; compare it with another copy){f' ({homepage})' if homepage else ''}",
+            file=sys.stderr,
+        )
     placed = []
     for item in files:
         ready = root / item.ready
         found = item.in_place(root)
         if found is not None:
-            print(f"found {found}: the data of {item.filename} is in place, not downloaded or extracted again", file=sys.stderr)
+            print(
+                f"found {found}: the data of {item.filename} is in place, not downloaded or extracted again",
+                file=sys.stderr,
+            )
             placed.append(found)
             continue
         lying = next((root / p for p in item.archive_at if (root / p).is_file()), None) if item.extract else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Callable, ContextManager
+from collections.abc import Callable
 
 import torch
 
@@ -40,7 +40,7 @@ class EngineOptions:
     """
 
     device: torch.device | str
-    autocast: Callable[[], ContextManager] = contextlib.nullcontext
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
     channels_last: bool = False
     show_progress: bool = False
     description: str = ""
@@ -50,8 +50,12 @@ class EngineOptions:
         """The options of an app's config (the keys ``precision``, ``channels_last`` and ``progress``
         of both apps) on ``device`` (resolved: :func:`rambo.harness.runtime.resolve_device`); a
         progress bar only in the main process (``is_main``)."""
-        return cls(device=device, autocast=autocast_of(cfg.precision, device), channels_last=bool(cfg.channels_last),
-                   show_progress=bool(is_main and cfg.progress))  # fmt: skip
+        return cls(
+            device=device,
+            autocast=autocast_of(cfg.precision, device),
+            channels_last=bool(cfg.channels_last),
+            show_progress=bool(is_main and cfg.progress),
+        )
 
     def for_epoch(self, epoch: int, epochs: int) -> EngineOptions:
         """These options labelled ``"epoch {epoch}/{epochs}"``."""

@@ -87,4 +87,6 @@ def from_mirror(files: Iterable[DatasetFile], mirror: str | os.PathLike) -> tupl
     replaced = [item.filename for item in files if item.filename in sums and sums[item.filename] != item.md5]
     if replaced:
         print(f"checksums of {', '.join(replaced)} from {base}/{MD5SUMS}, not the pinned ones", file=sys.stderr)
-    return tuple(replace(item, urls=(f"{base}/{item.filename}",), md5=sums.get(item.filename, item.md5)) for item in files)
+    return tuple(
+        replace(item, urls=(f"{base}/{item.filename}",), md5=sums.get(item.filename, item.md5)) for item in files
+    )

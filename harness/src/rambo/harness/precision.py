@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Callable, ContextManager
+from collections.abc import Callable
 
 import torch
 
@@ -32,7 +32,7 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
     return PRECISIONS[precision]
 
 
-def autocast(precision: str, device) -> Callable[[], ContextManager]:
+def autocast(precision: str, device) -> Callable[[], contextlib.AbstractContextManager]:
     """A factory of the context a forward pass runs under: ``torch.autocast`` on ``device``'s type
     with ``precision``'s dtype, or a null context for ``float32``. Call it once per forward
     (``with forward_context(): ...``): each call gives a fresh context."""

@@ -46,7 +46,7 @@ def _git(args: list[str], cwd: Path) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def git_state(source_file: str | None = None) -> dict | None:
     """``{"source_commit", "dirty"}`` of the git checkout that *tracks* this package's source file (an
     editable install), or ``None`` (a wheel in site-packages, a copy without git; a ``.venv`` inside
@@ -77,9 +77,15 @@ def launch_facts() -> dict:
     facts: dict = {"launcher": "local", "processes": processes}
     if os.environ.get("SLURM_JOB_ID"):
         facts["launcher"] = "slurm"
-        facts["slurm"] = {key: os.environ[name] for key, name in (
-            ("job_id", "SLURM_JOB_ID"), ("array_job_id", "SLURM_ARRAY_JOB_ID"), ("array_task_id", "SLURM_ARRAY_TASK_ID"))
-            if os.environ.get(name)}  # fmt: skip
+        facts["slurm"] = {
+            key: os.environ[name]
+            for key, name in (
+                ("job_id", "SLURM_JOB_ID"),
+                ("array_job_id", "SLURM_ARRAY_JOB_ID"),
+                ("array_task_id", "SLURM_ARRAY_TASK_ID"),
+            )
+            if os.environ.get(name)
+        }
     elif os.environ.get("TORCHELASTIC_RUN_ID"):
         facts["launcher"] = "torchrun"
     return facts
@@ -98,8 +104,12 @@ def cpu_model() -> str:
 
 def device_facts(device: torch.device | str | None = None) -> dict:
     """The CPU (model, architecture, torch's kernel capability) and, for a CUDA device, the GPU."""
-    facts = {"type": "cpu", "cpu": cpu_model(), "machine": platform.machine(),
-             "cpu_capability": torch.backends.cpu.get_cpu_capability()}  # fmt: skip
+    facts = {
+        "type": "cpu",
+        "cpu": cpu_model(),
+        "machine": platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
     device = torch.device(device) if device is not None else None
     if device is not None and device.type == "cuda":
         facts.update(type="cuda", gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda)

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from .checkpoint import load_checkpoint
 
@@ -91,12 +91,16 @@ def _without(identity: Mapping, may_change: Iterable[str]) -> dict:
     after the checkpoint was written does not count as a difference (the current identity,
     from :func:`run_identity`, has none of them)."""
     prefixes = tuple(may_change)
-    return {key: value for key, value in identity.items()
-            if not any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)}  # fmt: skip
+    return {
+        key: value
+        for key, value in identity.items()
+        if not any(key == prefix or key.startswith(prefix + ".") for prefix in prefixes)
+    }
 
 
-def renamed(saved: Mapping, renames: Mapping | None, config: Mapping | None = None,
-            defaults: Mapping | None = None) -> dict:  # fmt: skip
+def renamed(
+    saved: Mapping, renames: Mapping | None, config: Mapping | None = None, defaults: Mapping | None = None
+) -> dict:
     """A checkpoint's ``saved`` identity with each old key of ``renames`` (``identity_renamed``:
     flat old key -> flat new key) under its new name. An old key whose new name the current run's
     ``config`` (its resolved config, nested; ``None``: not checked) lacks is dropped (the setting
@@ -122,9 +126,16 @@ def _has_key(config: Mapping, flat: str) -> bool:
     return True
 
 
-def checkpoint_to_resume(path: str | Path, policy, identity: Mapping, set_aside: bool = True,
-                         may_change: Iterable[str] = (), renames: Mapping | None = None,
-                         config: Mapping | None = None, defaults: Mapping | None = None) -> dict | None:  # fmt: skip
+def checkpoint_to_resume(
+    path: str | Path,
+    policy,
+    identity: Mapping,
+    set_aside: bool = True,
+    may_change: Iterable[str] = (),
+    renames: Mapping | None = None,
+    config: Mapping | None = None,
+    defaults: Mapping | None = None,
+) -> dict | None:
     """The checkpoint at ``path`` to continue under ``policy``, or ``None`` to start over.
 
     ``set_aside=False`` (the non-main processes of a distributed run) leaves the renaming of a

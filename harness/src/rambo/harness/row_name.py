@@ -31,8 +31,9 @@ def experiment_groups(experiment_file: Path) -> dict[str, str]:
     return chosen
 
 
-def row_name_problem(experiment: str | None, experiment_file: Path | None, task_overrides: list[str],
-                     experiment_name: str) -> str | None:  # fmt: skip
+def row_name_problem(
+    experiment: str | None, experiment_file: Path | None, task_overrides: list[str], experiment_name: str
+) -> str | None:
     """Why this run may not keep the row's name, or None. ``task_overrides``: the command line's."""
     if experiment is None or experiment_file is None or not experiment_file.is_file():
         return None
@@ -40,13 +41,19 @@ def row_name_problem(experiment: str | None, experiment_file: Path | None, task_
     if "experiment_name" in given:
         return None
     sets = experiment_groups(experiment_file)
-    changed = [(group, sets[group], given[group]) for group in ROW_GROUPS if group in sets and group in given and given[group] != sets[group]]  # fmt: skip
+    changed = [
+        (group, sets[group], given[group])
+        for group in ROW_GROUPS
+        if group in sets and group in given and given[group] != sets[group]
+    ]
     if not changed:
         return None
     what = ", ".join(f"{group}={new} (the row's is {group}={old})" for group, old, new in changed)
     suggestion = f"{experiment}_{changed[0][2]}"
-    return (f"experiment={experiment} with {what} is another row, but it would keep the name {experiment_name!r}: "
-            f"the row's output folders and W&B group. Give it a name of its own, e.g. experiment_name={suggestion}")  # fmt: skip
+    return (
+        f"experiment={experiment} with {what} is another row, but it would keep the name {experiment_name!r}: "
+        f"the row's output folders and W&B group. Give it a name of its own, e.g. experiment_name={suggestion}"
+    )
 
 
 def check_row_name(config_dir: str | Path, experiment_name: str) -> None:

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -85,9 +85,18 @@ class TrainingRun:
     computes, for its provenance (build it after the thread count is set).
     """
 
-    def __init__(self, cfg: DictConfig, stateful: Mapping, extra: dict | None = None, is_main: bool = True,
-                 summary_keys: tuple[str, ...] | None = None, untracked_keys: tuple[str, ...] = (),
-                 identity_extra: Mapping | None = None, device=None, wandb_keys: Mapping | None = None):  # fmt: skip
+    def __init__(
+        self,
+        cfg: DictConfig,
+        stateful: Mapping,
+        extra: dict | None = None,
+        is_main: bool = True,
+        summary_keys: tuple[str, ...] | None = None,
+        untracked_keys: tuple[str, ...] = (),
+        identity_extra: Mapping | None = None,
+        device=None,
+        wandb_keys: Mapping | None = None,
+    ):
         check_policy(cfg.resume)
         self.summary_keys, self.untracked_keys = summary_keys, frozenset(untracked_keys)
         self.cfg, self.stateful, self.is_main = cfg, dict(stateful), is_main
@@ -99,15 +108,27 @@ class TrainingRun:
         self.epoch, self.curve, self.extra, wandb_id = 0, [], dict(extra or {}), None
         self.claims = []
         if is_main:  # before anything is written or set aside: one run per folder (rambo.harness.claim)
-            folders = [cfg.output_dir, self.checkpoint_path.parent, Path(cfg.metrics_path).parent, Path(cfg.curve_path).parent]
+            folders = [
+                cfg.output_dir,
+                self.checkpoint_path.parent,
+                Path(cfg.metrics_path).parent,
+                Path(cfg.curve_path).parent,
+            ]
             try:
                 self.claims = claim_folders(folders, f"{cfg.experiment_name} seed {cfg.seed}")
             except FolderClaimedError as error:  # in the run's own log too (a SLURM job's), not only the launcher's
                 log.error("%s", error)
                 raise
-        state = checkpoint_to_resume(self.checkpoint_path, cfg.resume, self.identity, set_aside=is_main,
-                                     may_change=cfg.resume_may_change, renames=self.config.get("identity_renamed"),
-                                     config=self.config, defaults=self.config.get("identity_defaults"))  # fmt: skip
+        state = checkpoint_to_resume(
+            self.checkpoint_path,
+            cfg.resume,
+            self.identity,
+            set_aside=is_main,
+            may_change=cfg.resume_may_change,
+            renames=self.config.get("identity_renamed"),
+            config=self.config,
+            defaults=self.config.get("identity_defaults"),
+        )
         if state is not None:
             for name, target in self.stateful.items():
                 target.load_state_dict(state["state"][name])
@@ -118,12 +139,15 @@ class TrainingRun:
         if is_main:
             profile = cfg.get("profile_name")
             self.wandb = start_run(
-                cfg.wandb.mode, cfg.wandb.project, group=wandb_group(profile, cfg.experiment_name),
+                cfg.wandb.mode,
+                cfg.wandb.project,
+                group=wandb_group(profile, cfg.experiment_name),
                 name=f"{cfg.experiment_name}-seed{cfg.seed}",
                 config={**dict(wandb_keys or {}), "profile": profile, **self.config, "provenance": self.provenance},
                 directory=cfg.output_dir,
-                job_type=cfg.wandb.get("job_type", "train"), run_id=wandb_id,
-            )  # fmt: skip
+                job_type=cfg.wandb.get("job_type", "train"),
+                run_id=wandb_id,
+            )
 
     def epochs(self, total: int) -> Iterator[int]:
         """The epochs (1-based) this invocation trains: from the one after the checkpoint's up to
@@ -134,8 +158,11 @@ class TrainingRun:
 
     def diverged(self, error: BaseException) -> FloatingPointError:
         """The error to raise when training produced a non-finite loss: says what is kept."""
-        kept = (f"{self.checkpoint_path} (epoch {self.epoch}, the last with a finite loss) is kept to resume from"
-                if self.epoch and self.checkpoint_path.exists() else "no checkpoint was written")  # fmt: skip
+        kept = (
+            f"{self.checkpoint_path} (epoch {self.epoch}, the last with a finite loss) is kept to resume from"
+            if self.epoch and self.checkpoint_path.exists()
+            else "no checkpoint was written"
+        )
         return FloatingPointError(
             f"{error}. The run diverged in epoch {self.epoch + 1}: nothing of that epoch was saved, and {kept}. "
             "Lower the learning rate (or check the data) and run again."
@@ -151,12 +178,18 @@ class TrainingRun:
         self.curve.append(row)
         if self.is_main:
             save_checkpoint(
-                {"state": {name: target.state_dict() for name, target in self.stateful.items()},
-                 "epoch": self.epoch, "curve": self._tracked_curve(), "extra": self.extra, "rng": rng_states(),
-                 "config": placeless(self.config), "identity": self.identity,
-                 "wandb_id": self.wandb.id if self.wandb else None},
+                {
+                    "state": {name: target.state_dict() for name, target in self.stateful.items()},
+                    "epoch": self.epoch,
+                    "curve": self._tracked_curve(),
+                    "extra": self.extra,
+                    "rng": rng_states(),
+                    "config": placeless(self.config),
+                    "identity": self.identity,
+                    "wandb_id": self.wandb.id if self.wandb else None,
+                },
                 self.checkpoint_path,
-            )  # fmt: skip
+            )
             self._write_curve()
             shown = [k for k in row if k != "epoch" and (self.summary_keys is None or k in self.summary_keys)]
             log_epoch(self.epoch, total, {k: row[k] for k in shown})
@@ -165,7 +198,9 @@ class TrainingRun:
         barrier()
 
     def _tracked_curve(self) -> list[dict]:
-        return [{key: value for key, value in record.items() if key not in self.untracked_keys} for record in self.curve]
+        return [
+            {key: value for key, value in record.items() if key not in self.untracked_keys} for record in self.curve
+        ]
 
     def _write_curve(self) -> None:
         write_json(self.cfg.curve_path, homogeneous(self._tracked_curve()))
@@ -186,12 +221,20 @@ class TrainingRun:
                 self.wandb.summary.update(dict(headline or {}))  # the run's headline numbers, as dvc metrics lists them
                 for key, value in metrics.items():
                     if isinstance(value, dict):
-                        self.wandb.summary.update({f"{key}/{k}": v for k, v in value.items() if not isinstance(v, (dict, list))})
+                        self.wandb.summary.update(
+                            {f"{key}/{k}": v for k, v in value.items() if not isinstance(v, (dict, list))}
+                        )
                     elif not isinstance(value, list):
                         self.wandb.summary[key] = value
                 self.wandb.finish()
-            outputs = {"metrics": self.cfg.metrics_path, "curve": self.cfg.curve_path, "checkpoint": self.checkpoint_path}
-            outputs = {name: path for name, path in outputs.items() if Path(path).exists()}  # epochs=0 writes no checkpoint
+            outputs = {
+                "metrics": self.cfg.metrics_path,
+                "curve": self.cfg.curve_path,
+                "checkpoint": self.checkpoint_path,
+            }
+            outputs = {
+                name: path for name, path in outputs.items() if Path(path).exists()
+            }  # epochs=0 writes no checkpoint
             log_done({**(headline or {}), **(log_extra or {})}, outputs)
         self.release()
         return metrics

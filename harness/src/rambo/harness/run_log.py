@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from tqdm import tqdm
 

@@ -47,13 +47,27 @@ def wandb_keys(cfg, task: str) -> dict:
     (``loss.module.loss``), else ``None``."""
     loss = cfg.loss
     inner = loss.module.get("loss", loss.module)  # a memory wraps the rank loss
-    return {"task": task, "dataset": cfg.data.name, "loss_name": loss.name,
-            "lambda": loss.get("lam", inner.get("lam")), "margin": loss.get("margin", inner.get("margin")),
-            "tau": loss.get("tau"), "seed": cfg.seed}  # fmt: skip
+    return {
+        "task": task,
+        "dataset": cfg.data.name,
+        "loss_name": loss.name,
+        "lambda": loss.get("lam", inner.get("lam")),
+        "margin": loss.get("margin", inner.get("margin")),
+        "tau": loss.get("tau"),
+        "seed": cfg.seed,
+    }
 
 
-def start_run(mode: str, project: str, group: str, name: str, config: dict, directory: str | Path,
-              job_type: str = "train", run_id: str | None = None):  # fmt: skip
+def start_run(
+    mode: str,
+    project: str,
+    group: str,
+    name: str,
+    config: dict,
+    directory: str | Path,
+    job_type: str = "train",
+    run_id: str | None = None,
+):
     """``wandb.init`` (group = experiment, one run per seed); ``None`` when the mode is ``disabled``.
 
     ``run_id`` (kept in the checkpoint) continues the same W&B run after a resume.
@@ -65,6 +79,14 @@ def start_run(mode: str, project: str, group: str, name: str, config: dict, dire
 
     Path(directory).mkdir(parents=True, exist_ok=True)
     return wandb.init(
-        mode=mode, project=project, group=group, job_type=job_type, name=name, config=config, dir=str(directory),
-        id=run_id, resume="allow" if run_id else None, settings=wandb.Settings(init_timeout=60, silent=True),
-    )  # fmt: skip
+        mode=mode,
+        project=project,
+        group=group,
+        job_type=job_type,
+        name=name,
+        config=config,
+        dir=str(directory),
+        id=run_id,
+        resume="allow" if run_id else None,
+        settings=wandb.Settings(init_timeout=60, silent=True),
+    )

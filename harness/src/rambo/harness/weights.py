@@ -107,8 +107,9 @@ def _rows_text(rows: tuple[str, ...]) -> str:
     return f" (rows {', '.join(rows[:3] if more else rows)}{more})"
 
 
-def check_weights(files: Iterable[WeightsFile], sums: Mapping[str, str] | None = None,
-                  sums_origin: str = SHA256SUMS) -> list[Path]:  # fmt: skip
+def check_weights(
+    files: Iterable[WeightsFile], sums: Mapping[str, str] | None = None, sums_origin: str = SHA256SUMS
+) -> list[Path]:
     """Hash every file and return their paths; one :class:`WeightsError` naming every missing file
     (its path and a ``wget`` line) and every wrong one (the SHA-256 found and the one expected).
 
@@ -124,14 +125,18 @@ def check_weights(files: Iterable[WeightsFile], sums: Mapping[str, str] | None =
         expected = sums[item.filename] if listed else hash_prefix(item.filename)
         rows = _rows_text(item.rows)
         if not item.path.is_file():
-            missing.append(f"  {item.backbone}{rows}: {item.path} is missing; get it with\n"
-                           f"    mkdir -p {item.path.parent} && wget -O {item.path} {item.url}")  # fmt: skip
+            missing.append(
+                f"  {item.backbone}{rows}: {item.path} is missing; get it with\n"
+                f"    mkdir -p {item.path.parent} && wget -O {item.path} {item.url}"
+            )
             continue
         digest = sha256_of(item.path)
         if not digest.startswith(expected):
             source = f"listed in {sums_origin}" if listed else f"the prefix in the official name {item.filename}"
-            wrong.append(f"  {item.backbone}{rows}: {item.path} has SHA-256 {digest}, expected {expected} ({source}): "
-                         f"it is incomplete or not {item.url}; delete it and get it again")  # fmt: skip
+            wrong.append(
+                f"  {item.backbone}{rows}: {item.path} has SHA-256 {digest}, expected {expected} ({source}): "
+                f"it is incomplete or not {item.url}; delete it and get it again"
+            )
             continue
         if listed:
             print(f"weights: the SHA-256 of {item.filename} from {sums_origin}, not its official one", file=sys.stderr)
@@ -140,7 +145,10 @@ def check_weights(files: Iterable[WeightsFile], sums: Mapping[str, str] | None =
     if missing or wrong:
         parts = []
         if missing:
-            parts.append(f"{len(missing)} pretrained weights file(s) missing (never downloaded at run time):\n" + "\n".join(missing))
+            parts.append(
+                f"{len(missing)} pretrained weights file(s) missing (never downloaded at run time):\n"
+                + "\n".join(missing)
+            )
         if wrong:
             parts.append(f"{len(wrong)} pretrained weights file(s) with the wrong SHA-256:\n" + "\n".join(wrong))
         raise WeightsError(

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import signal
 
-
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGUSR2", "SIGTERM") if hasattr(signal, name))
 
 

@@ -86,7 +86,9 @@ def random_resized_crop_boxes(
         raise ValueError(f"need count >= 0 and a non-empty image, got {count} boxes of {height} x {width}")
     shape = (count, CROP_ATTEMPTS)
     area = height * width * torch.empty(shape, dtype=torch.float64).uniform_(*scale, generator=generator)
-    log_aspect = torch.empty(shape, dtype=torch.float64).uniform_(math.log(ratio[0]), math.log(ratio[1]), generator=generator)
+    log_aspect = torch.empty(shape, dtype=torch.float64).uniform_(
+        math.log(ratio[0]), math.log(ratio[1]), generator=generator
+    )
     aspect = log_aspect.exp()
     crop_width = (area * aspect).sqrt().round().long()
     crop_height = (area / aspect).sqrt().round().long()
@@ -111,7 +113,9 @@ def resized_crops(images: torch.Tensor, boxes: torch.Tensor, size: int) -> torch
     ``ceil(box side / size)`` samples per side in each output pixel (antialiasing).
     """
     if images.ndim != 4 or boxes.shape != (images.shape[0], 4):
-        raise ValueError(f"need images [B, C, H, W] and boxes [B, 4], got {tuple(images.shape)} and {tuple(boxes.shape)}")
+        raise ValueError(
+            f"need images [B, C, H, W] and boxes [B, 4], got {tuple(images.shape)} and {tuple(boxes.shape)}"
+        )
     top, left, height, width = boxes.to(images.dtype).unbind(dim=1)
     batch_index = torch.arange(images.shape[0], dtype=images.dtype)
     rois = torch.stack([batch_index, left, top, left + width, top + height], dim=1)
@@ -128,8 +132,13 @@ class BatchTrainAugmentation:
     and augments the stacked images.
     """
 
-    def __init__(self, image_size: int, min_scale: float = MIN_SCALE, ratio: tuple[float, float] = CROP_RATIO,
-                 flip_probability: float = FLIP_PROBABILITY):  # fmt: skip
+    def __init__(
+        self,
+        image_size: int,
+        min_scale: float = MIN_SCALE,
+        ratio: tuple[float, float] = CROP_RATIO,
+        flip_probability: float = FLIP_PROBABILITY,
+    ):
         if not 0.0 <= flip_probability <= 1.0:
             raise ValueError(f"flip_probability must be in [0, 1], got {flip_probability}")
         self.image_size = check_image_size(image_size)

@@ -47,11 +47,20 @@ def main(argv=None) -> dict:
     started = time.perf_counter()
     recall = recall_at_k(embeddings, labels, args.ks)
     recall_seconds = time.perf_counter() - started
-    result = {"n": args.n, "dim": args.dim, "ks": args.ks, "threads": args.threads,
-              "matmul_seconds": matmul, "recall_at_k_seconds": recall_seconds,
-              "ratio": recall_seconds / matmul, "recall": recall}  # fmt: skip
-    print(f"{args.n} x {args.dim}: one float32 matmul {matmul:.2f} s, Recall@{args.ks} {recall_seconds:.2f} s "
-          f"(ratio {result['ratio']:.2f})")  # fmt: skip
+    result = {
+        "n": args.n,
+        "dim": args.dim,
+        "ks": args.ks,
+        "threads": args.threads,
+        "matmul_seconds": matmul,
+        "recall_at_k_seconds": recall_seconds,
+        "ratio": recall_seconds / matmul,
+        "recall": recall,
+    }
+    print(
+        f"{args.n} x {args.dim}: one float32 matmul {matmul:.2f} s, Recall@{args.ks} {recall_seconds:.2f} s "
+        f"(ratio {result['ratio']:.2f})"
+    )
     if args.out:
         write_json(args.out, result)
     return result

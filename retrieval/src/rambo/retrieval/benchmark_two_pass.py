@@ -69,20 +69,42 @@ def main(argv=None) -> dict:
         return result
     results = []
     for batch in args.batches:
-        command = [sys.executable, "-m", "rambo.retrieval.benchmark_two_pass", "--single", "--batches", str(batch),
-                   "--chunk", str(args.chunk), "--backbone", args.backbone, "--image-size", str(args.image_size),
-                   "--device", args.device, "--threads", str(args.threads)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "rambo.retrieval.benchmark_two_pass",
+            "--single",
+            "--batches",
+            str(batch),
+            "--chunk",
+            str(args.chunk),
+            "--backbone",
+            args.backbone,
+            "--image-size",
+            str(args.image_size),
+            "--device",
+            args.device,
+            "--threads",
+            str(args.threads),
+        ]
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
     key = "peak_mib" if args.device == "cuda" else "peak_rss_mib"
-    summary = {"backbone": args.backbone, "image_size": args.image_size, "device": args.device, "runs": results,
-               "ratio_peak": results[-1][key] / results[0][key]}  # fmt: skip
+    summary = {
+        "backbone": args.backbone,
+        "image_size": args.image_size,
+        "device": args.device,
+        "runs": results,
+        "ratio_peak": results[-1][key] / results[0][key],
+    }
     if args.device != "cuda":
         summary["ratio_increase"] = results[-1]["increase_mib"] / results[0]["increase_mib"]
     for r in results:
         print(f"batch {r['batch']:5d}  chunk {r['chunk']}  {key} {r[key]:9.1f}  ({r['seconds']:.1f} s)")
-    print(f"ratio batch {results[-1]['batch']} / batch {results[0]['batch']}: peak {summary['ratio_peak']:.3f}"
-          + (f", increase over baseline {summary['ratio_increase']:.3f}" if "ratio_increase" in summary else ""))  # fmt: skip
+    print(
+        f"ratio batch {results[-1]['batch']} / batch {results[0]['batch']}: peak {summary['ratio_peak']:.3f}"
+        + (f", increase over baseline {summary['ratio_increase']:.3f}" if "ratio_increase" in summary else "")
+    )
     if args.out:
         from rambo.harness.atomic import write_json
 

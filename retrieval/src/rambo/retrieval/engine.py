@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
 from rambo.harness.engine_options import EngineOptions
 from rambo.harness.loss_sums import DeviceLossSums, reads_every_step
@@ -30,8 +29,9 @@ FAIR_PROTOCOL = "test metrics of the evaluation with the best R@1 on a class-dis
 COLLAPSE_COSINE = 0.99
 
 
-def train_one_epoch(model, loader, loss_fn, optimizer, two_pass_chunk_size: int | None = None, *,
-                    options: EngineOptions) -> float:  # fmt: skip
+def train_one_epoch(
+    model, loader, loss_fn, optimizer, two_pass_chunk_size: int | None = None, *, options: EngineOptions
+) -> float:
     """One pass over ``loader`` (``(images, labels, index)`` batches); returns the mean loss.
     A non-finite loss is a ``FloatingPointError``: before its step on the CPU, at the end of the
     epoch on a GPU (losses summed on the device, :mod:`rambo.harness.loss_sums`).
@@ -78,11 +78,17 @@ def evaluate(model, splits: dict, ks, batch_size: int, num_workers: int, *, opti
     ks, device, autocast, channels_last = list(ks), options.device, options.autocast, options.channels_last
     record = {}
     if splits.get("validation") is not None:
-        embeddings, labels = compute_embeddings(model, splits["validation"], batch_size, num_workers, device, autocast, channels_last)
-        record["validation"] = {**retrieval_metrics(embeddings, labels, ks, device=device), "mean_cosine": mean_pairwise_cosine(embeddings)}
+        embeddings, labels = compute_embeddings(
+            model, splits["validation"], batch_size, num_workers, device, autocast, channels_last
+        )
+        record["validation"] = {
+            **retrieval_metrics(embeddings, labels, ks, device=device),
+            "mean_cosine": mean_pairwise_cosine(embeddings),
+        }
     test = {k: v for k, v in splits.items() if k in ("test", "query", "gallery")}
-    record["test"] = evaluate_model(model, test, ks, batch_size, num_workers, device, spread=True, autocast=autocast,
-                                    channels_last=channels_last)  # fmt: skip
+    record["test"] = evaluate_model(
+        model, test, ks, batch_size, num_workers, device, spread=True, autocast=autocast, channels_last=channels_last
+    )
     return record
 
 
@@ -118,7 +124,9 @@ def select_protocols(history: list[dict]) -> dict:
     if with_validation:
         fair = max(with_validation, key=lambda h: (h["validation"]["R@1"], -h["epoch"]))
         result["fair_protocol"] = {
-            "description": FAIR_PROTOCOL, "epoch": fair["epoch"],
-            "validation_R@1": fair["validation"]["R@1"], **fair["test"],
-        }  # fmt: skip
+            "description": FAIR_PROTOCOL,
+            "epoch": fair["epoch"],
+            "validation_R@1": fair["validation"]["R@1"],
+            **fair["test"],
+        }
     return result

@@ -152,7 +152,10 @@ def _parser() -> argparse.ArgumentParser:
     split.add_argument("--gallery-embeddings", metavar="FILE")
     split.add_argument("--gallery-labels", metavar="FILE")
     parser.add_argument(
-        "--ks", type=int, nargs="+", default=list(DEFAULT_KS),
+        "--ks",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_KS),
         help="Recall@K values (default: 1 10 100 1000; Ks larger than the gallery are dropped)",
     )
     parser.add_argument("--out", metavar="FILE", help="write the metrics as JSON here")

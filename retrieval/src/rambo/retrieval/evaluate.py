@@ -19,12 +19,17 @@ import logging
 import numpy as np
 import torch
 
-from rambo.harness.workers import worker_init
 from rambo.harness.precision import to_channels_last
+from rambo.harness.workers import worker_init
 
 # Paper's K per dataset (Tables 2-4).
-PAPER_KS = {"sop": (1, 10, 100, 1000), "synthetic": (1, 10, 100, 1000), "cub": (1, 2, 4, 8), "inshop": (1, 10, 20, 30, 50),
-            "imagefolder": (1, 2, 4, 8, 16)}  # imagefolder: a user's folder (configs/data/imagefolder.yaml's ks)
+PAPER_KS = {
+    "sop": (1, 10, 100, 1000),
+    "synthetic": (1, 10, 100, 1000),
+    "cub": (1, 2, 4, 8),
+    "inshop": (1, 10, 20, 30, 50),
+    "imagefolder": (1, 2, 4, 8, 16),
+}  # imagefolder: a user's folder (configs/data/imagefolder.yaml's ks)
 _QUERY_CHUNK = 4096  # bounds the [chunk, k] neighbour arrays at SOP scale
 
 
@@ -107,8 +112,9 @@ def _torch_neighbours(gallery: torch.Tensor, queries: np.ndarray, k: int) -> np.
     return torch.topk(chunk @ gallery.T, k, dim=1, sorted=True).indices.cpu().numpy()
 
 
-def neighbour_relevance(embeddings, labels, k: int, query_embeddings=None, query_labels=None, device=None,
-                        backend: str = "auto"):  # fmt: skip
+def neighbour_relevance(
+    embeddings, labels, k: int, query_embeddings=None, query_labels=None, device=None, backend: str = "auto"
+):
     """Relevance of each query's ``k`` nearest gallery items and its number of relevant items.
 
     ``embeddings: [N, D]`` gallery, ``labels: [N]``; queries default to the gallery itself, in
@@ -188,8 +194,9 @@ def _ranked_metrics(hits: np.ndarray, relevant_count: np.ndarray, ks) -> dict[st
     return result
 
 
-def retrieval_metrics(embeddings, labels, ks=(1,), query_embeddings=None, query_labels=None, device=None,
-                      backend: str = "auto") -> dict[str, float]:  # fmt: skip
+def retrieval_metrics(
+    embeddings, labels, ks=(1,), query_embeddings=None, query_labels=None, device=None, backend: str = "auto"
+) -> dict[str, float]:
     """``{"R@K": ..., "MAP@R": ..., "R-precision": ...}`` from one exact k-NN search.
 
     Recall@K (paper Eq. 7-8): the fraction of queries with a relevant item among their K nearest.
@@ -228,15 +235,23 @@ def r_precision(embeddings, labels, query_embeddings=None, query_labels=None) ->
 
 
 @torch.no_grad()
-def compute_embeddings(model: torch.nn.Module, dataset, batch_size: int = 256, num_workers: int = 0, device="cpu",
-                       autocast=contextlib.nullcontext, channels_last: bool = False):  # fmt: skip
+def compute_embeddings(
+    model: torch.nn.Module,
+    dataset,
+    batch_size: int = 256,
+    num_workers: int = 0,
+    device="cpu",
+    autocast=contextlib.nullcontext,
+    channels_last: bool = False,
+):
     """``(embeddings [n, D] float32, labels [n] int64)`` of a dataset yielding ``(image, label, index)``.
 
     ``autocast``: the factory of the forward pass's context (:func:`rambo.harness.precision.autocast`;
     the embeddings are cast to float32 after it); ``channels_last``: the image batches in
     channels-last memory format."""
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                                         worker_init_fn=worker_init)  # fmt: skip
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers, worker_init_fn=worker_init
+    )
     was_training = model.training
     model.eval()
     embeddings, labels = [], []
@@ -266,8 +281,17 @@ def mean_pairwise_cosine(embeddings) -> float:
     return float((total @ total - n) / (n * (n - 1)))
 
 
-def evaluate_model(model, splits: dict, ks, batch_size: int = 256, num_workers: int = 0, device="cpu",
-                   spread: bool = False, autocast=contextlib.nullcontext, channels_last: bool = False) -> dict:  # fmt: skip
+def evaluate_model(
+    model,
+    splits: dict,
+    ks,
+    batch_size: int = 256,
+    num_workers: int = 0,
+    device="cpu",
+    spread: bool = False,
+    autocast=contextlib.nullcontext,
+    channels_last: bool = False,
+) -> dict:
     """Metrics of ``model`` on a test split: ``splits`` maps "test" (or "query" and "gallery") to datasets.
     ``spread``: add ``mean_cosine``, the :func:`mean_pairwise_cosine` of the test (gallery) embeddings;
     ``autocast``, ``channels_last``: as :func:`compute_embeddings`."""

@@ -114,7 +114,7 @@ class EmbeddingNet(torch.nn.Module):
     def _batchnorms(self):
         return [m for m in self.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
 
-    def train(self, mode: bool = True) -> "EmbeddingNet":
+    def train(self, mode: bool = True) -> EmbeddingNet:
         super().train(mode)
         if self.freeze_batchnorm:
             for module in self._batchnorms():

@@ -49,9 +49,10 @@ def use_own_data(data: DictConfig) -> str | None:
         found = "imagefolder" if has_own_split(root) or len(class_folders(root)) >= 2 else None
     if found != data.name:
         wanted = (
-            "class folders of images" if data.name == "imagefolder"
+            "class folders of images"
+            if data.name == "imagefolder"
             else " or ".join(str(root / marker) for marker in LAYOUT_MARKERS[data.name])
-        )  # fmt: skip
+        )
         hint = f"; it holds the {found} layout: data={found} data.root={root} trains on it" if found else ""
         raise ValueError(
             f"data={data.name} data.root={root}: no {data.name} layout there (expected {wanted}){hint}. "

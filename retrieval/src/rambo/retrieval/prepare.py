@@ -42,8 +42,15 @@ def prepare_one(name: str, data, source: data_stage.Source = data_stage.Source()
     return download(data.format, data.root, verify=source.verify, mirror=source.mirror, archive_dir=source.archive_dir)
 
 
-STAGE = data_stage.DataStage("python -m rambo.retrieval.prepare", __doc__.split("\n")[0], CONFIG_DIR, DATASETS, prepare_one,
-                             task="retrieval", weights_url=weights_url)
+STAGE = data_stage.DataStage(
+    "python -m rambo.retrieval.prepare",
+    __doc__.split("\n")[0],
+    CONFIG_DIR,
+    DATASETS,
+    prepare_one,
+    task="retrieval",
+    weights_url=weights_url,
+)
 prepare, main = STAGE.prepare, STAGE.main  # prepare(data_dir, datasets, overrides=(), source=Source()); main(argv=None)
 
 

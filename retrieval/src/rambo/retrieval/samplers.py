@@ -204,7 +204,9 @@ class SuperLabelBatchSampler(_EpochBatchSampler):
             raise ValueError(f"pair_order must be 'shuffled' or 'fixed', got {pair_order!r}")
         self.pair_order = pair_order
         if batches_per_epoch not in (None, "every_super_pair") and isinstance(batches_per_epoch, str):
-            raise ValueError(f"batches_per_epoch must be an integer, None or 'every_super_pair', got {batches_per_epoch!r}")
+            raise ValueError(
+                f"batches_per_epoch must be an integer, None or 'every_super_pair', got {batches_per_epoch!r}"
+            )
         every_pair = batches_per_epoch == "every_super_pair"
         super().__init__(labels, batch_size, samples_per_class, seed, None if every_pair else batches_per_epoch)
         self.split = split
@@ -239,7 +241,11 @@ class SuperLabelBatchSampler(_EpochBatchSampler):
             if (min(size[a], size[b]) >= half if split == "halves" else size[a] + size[b] >= self.classes_per_batch)
         ]
         if not self.pairs:
-            needs = f"{half} classes in each of its super-labels" if split == "halves" else f"{self.classes_per_batch} classes"
+            needs = (
+                f"{half} classes in each of its super-labels"
+                if split == "halves"
+                else f"{self.classes_per_batch} classes"
+            )
             ordered = sorted(size.values(), reverse=True)
             most = 2 * ordered[1] if split == "halves" else ordered[0] + ordered[1]  # classes the best pair offers
             raise ValueError(
@@ -263,7 +269,11 @@ class SuperLabelBatchSampler(_EpochBatchSampler):
             for _ in range(min(self.batches_per_super_pair, self.batches_per_epoch - produced)):
                 if self.split == "halves":
                     half = self.classes_per_batch // 2
-                    classes = [c for super_label in (first, second) for c in self._walk(class_walks, super_label, rng).take(half)]
+                    classes = [
+                        c
+                        for super_label in (first, second)
+                        for c in self._walk(class_walks, super_label, rng).take(half)
+                    ]
                 else:
                     classes = self._walk(class_walks, (first, second), rng).take(self.classes_per_batch)
                 yield builder.batch(classes)

@@ -33,7 +33,6 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torchvision.transforms import PILToTensor
 
-from rambo.harness.workers import worker_init
 from rambo.harness.checkpoint import save_checkpoint
 from rambo.harness.distributed import ShardedBatchSampler, barrier, detect_setup, init_process_group, wrap_model
 from rambo.harness.engine_options import EngineOptions
@@ -42,6 +41,7 @@ from rambo.harness.row_name import check_row_name
 from rambo.harness.run import TrainingRun, placeless
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
 from rambo.harness.wandb_run import wandb_keys
+from rambo.harness.workers import worker_init
 
 from .batch_transforms import BatchTrainAugmentation
 from .datasets import generate_synthetic, load_dataset
@@ -70,7 +70,9 @@ def build_splits(cfg: DictConfig) -> dict:
     test_transform = eval_transform_of(cfg)
     kinds = cfg.augmentation
     if in_memory and kinds.train != "random_resized_crop":
-        raise ValueError(f"data.in_memory augments a batch at a time with random_resized_crop only; got augmentation.train={kinds.train!r}")
+        raise ValueError(
+            f"data.in_memory augments a batch at a time with random_resized_crop only; got augmentation.train={kinds.train!r}"
+        )
     augmentation = PILToTensor() if in_memory else train_transform(cfg.image_size, kinds.min_scale, kinds.train)
     full_train = load_dataset(data.format, data.root, "train", transform=augmentation)
     train, validation = split_validation_classes(full_train, cfg.validation_fraction, cfg.seed, test_transform)
@@ -85,7 +87,11 @@ def build_splits(cfg: DictConfig) -> dict:
 def train_collate(cfg: DictConfig):
     """The training loader's ``collate_fn``: the batched augmentation with ``data.in_memory``,
     else ``None`` (torch's default; the dataset augments each image)."""
-    return BatchTrainAugmentation(cfg.image_size, cfg.augmentation.min_scale).collate if cfg.data.get("in_memory", False) else None
+    return (
+        BatchTrainAugmentation(cfg.image_size, cfg.augmentation.min_scale).collate
+        if cfg.data.get("in_memory", False)
+        else None
+    )
 
 
 def build_batch_sampler(cfg: DictConfig, train_set) -> torch.utils.data.Sampler:
@@ -93,15 +99,24 @@ def build_batch_sampler(cfg: DictConfig, train_set) -> torch.utils.data.Sampler:
     sampler = cfg.data.sampler
     if sampler.name == "super_label" and train_set.super_labels is not None:
         return SuperLabelBatchSampler(
-            train_set.labels, train_set.super_labels, cfg.batch_size, sampler.samples_per_class,
-            sampler.batches_per_super_pair, seed=cfg.seed,
-            batches_per_epoch=cfg.steps_per_epoch or sampler.get("epoch_length"), split=sampler.get("split", "union"),
+            train_set.labels,
+            train_set.super_labels,
+            cfg.batch_size,
+            sampler.samples_per_class,
+            sampler.batches_per_super_pair,
+            seed=cfg.seed,
+            batches_per_epoch=cfg.steps_per_epoch or sampler.get("epoch_length"),
+            split=sampler.get("split", "union"),
             pair_order=sampler.get("pair_order", "shuffled"),
-        )  # fmt: skip
+        )
     if sampler.name not in ("super_label", "m_per_class"):
         raise ValueError(f"data.sampler.name must be 'super_label' or 'm_per_class', got {sampler.name!r}")
     return MPerClassBatchSampler(
-        train_set.labels, cfg.batch_size, sampler.samples_per_class, seed=cfg.seed, batches_per_epoch=cfg.steps_per_epoch
+        train_set.labels,
+        cfg.batch_size,
+        sampler.samples_per_class,
+        seed=cfg.seed,
+        batches_per_epoch=cfg.steps_per_epoch,
     )
 
 
@@ -116,16 +131,25 @@ def train(cfg: DictConfig) -> dict:
     setup = detect_setup()
     init_process_group(setup)
     device = resolve_device(cfg.device, setup.local_rank)
-    options = EngineOptions.from_config(cfg, device, setup.is_main)  # the engine's device, autocast, channels-last, progress bar
+    options = EngineOptions.from_config(
+        cfg, device, setup.is_main
+    )  # the engine's device, autocast, channels-last, progress bar
     set_threads(cfg.threads)
     seed_everything(cfg.seed)
     splits = build_splits(cfg) if setup.is_main else None  # rank 0 generates the synthetic set, if any
     barrier()
     splits = splits or build_splits(cfg)
     global_sampler = build_batch_sampler(cfg, splits["train"])
-    sampler = ShardedBatchSampler(global_sampler, setup.rank, setup.world_size) if setup.is_distributed else global_sampler
-    loader = torch.utils.data.DataLoader(splits["train"], batch_sampler=sampler, num_workers=cfg.num_workers,
-                                         collate_fn=train_collate(cfg), worker_init_fn=worker_init)  # fmt: skip
+    sampler = (
+        ShardedBatchSampler(global_sampler, setup.rank, setup.world_size) if setup.is_distributed else global_sampler
+    )
+    loader = torch.utils.data.DataLoader(
+        splits["train"],
+        batch_sampler=sampler,
+        num_workers=cfg.num_workers,
+        collate_fn=train_collate(cfg),
+        worker_init_fn=worker_init,
+    )
     model = build_model(cfg.model).to(device)
     if cfg.channels_last:
         to_channels_last(model)
@@ -134,36 +158,65 @@ def train(cfg: DictConfig) -> dict:
     loss_fn = instantiate(cfg.loss.module).to(device)
     trained = wrap_model(model, device)
     stateful = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "loss": loss_fn}
-    run = TrainingRun(cfg, stateful, extra={"history": []}, is_main=setup.is_main,
-                      summary_keys=("loss", "lr", "test/R@1", "validation/R@1", "seconds"), untracked_keys=("seconds",),
-                      device=device, wandb_keys=wandb_keys(cfg, "retrieval"))
+    run = TrainingRun(
+        cfg,
+        stateful,
+        extra={"history": []},
+        is_main=setup.is_main,
+        summary_keys=("loss", "lr", "test/R@1", "validation/R@1", "seconds"),
+        untracked_keys=("seconds",),
+        device=device,
+        wandb_keys=wandb_keys(cfg, "retrieval"),
+    )
     history = run.extra["history"]
-    evaluation = functools.partial(evaluate, model, splits, cfg.data.ks, cfg.eval_batch_size, cfg.num_workers, options=options)
+    evaluation = functools.partial(
+        evaluate, model, splits, cfg.data.ks, cfg.eval_batch_size, cfg.num_workers, options=options
+    )
     for epoch in run.epochs(cfg.epochs):
         started = time.perf_counter()
         sampler.set_epoch(epoch)
         try:
-            loss = train_one_epoch(trained, loader, loss_fn, optimizer, cfg.two_pass_chunk_size,
-                                   options=options.for_epoch(epoch, cfg.epochs))
+            loss = train_one_epoch(
+                trained,
+                loader,
+                loss_fn,
+                optimizer,
+                cfg.two_pass_chunk_size,
+                options=options.for_epoch(epoch, cfg.epochs),
+            )
         except FloatingPointError as error:
             raise run.diverged(error) from None
         scheduler.step()
-        row = {"epoch": epoch, "loss": loss, "lr": scheduler.get_last_lr()[0], "seconds": round(time.perf_counter() - started, 3)}
+        row = {
+            "epoch": epoch,
+            "loss": loss,
+            "lr": scheduler.get_last_lr()[0],
+            "seconds": round(time.perf_counter() - started, 3),
+        }
         if setup.is_main and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
             history.append({"epoch": epoch, **evaluation()})
             if warning := collapse_warning(history[-1]):
                 log.warning("epoch %d: %s", epoch, warning)
-            row.update({f"{split}/{k}": v for split in ("test", "validation") for k, v in history[-1].get(split, {}).items()})
+            row.update(
+                {f"{split}/{k}": v for split in ("test", "validation") for k, v in history[-1].get(split, {}).items()}
+            )
             if history[-1].get("validation") and select_protocols(history)["fair_protocol"]["epoch"] == epoch:
                 best = Path(cfg.checkpoint_path).with_name("best_validation.pt")
-                save_checkpoint({"state": {"model": model.state_dict()}, "config": placeless(run.config), "epoch": epoch}, best)
+                save_checkpoint(
+                    {"state": {"model": model.state_dict()}, "config": placeless(run.config), "epoch": epoch}, best
+                )
         run.end_epoch(row, cfg.epochs)
     if cfg.epochs == 0 and setup.is_main:  # the untrained model: the baseline a user compares against
         log.info("epochs=0: evaluating the untrained model (no training, no checkpoint)")
         history.append({"epoch": 0, **evaluation()})
     protocols = select_protocols(history)
-    metrics = {"experiment": cfg.experiment_name, "seed": cfg.seed, "epochs_trained": run.epoch,
-               "complete": run.epoch == cfg.epochs, **protocols}  # fmt: skip
+    metrics = {
+        "experiment": cfg.experiment_name,
+        "seed": cfg.seed,
+        "epochs_trained": run.epoch,
+        "complete": run.epoch == cfg.epochs,
+        **protocols,
+    }
     paper, fair = protocols.get("paper_protocol", {}), protocols.get("fair_protocol", {})
     headline = {"R@1": paper.get("R@1"), "MAP@R": paper.get("MAP@R"), "fair_R@1": fair.get("R@1")}
     return run.finish(metrics, headline)

@@ -52,7 +52,9 @@ def _check_kind(kind: str, kinds: tuple[str, ...], name: str) -> str:
     return kind
 
 
-def train_transform(image_size: int, min_scale: float = MIN_SCALE, kind: str = "random_resized_crop") -> transforms.Compose:
+def train_transform(
+    image_size: int, min_scale: float = MIN_SCALE, kind: str = "random_resized_crop"
+) -> transforms.Compose:
     """PIL image -> ``[3, image_size, image_size]`` float tensor, randomly cropped and flipped."""
     size = check_image_size(image_size)
     kind = _check_kind(kind, TRAIN_KINDS, "augmentation.train")
@@ -62,12 +64,14 @@ def train_transform(image_size: int, min_scale: float = MIN_SCALE, kind: str = "
         crop = [transforms.RandomResizedCrop(size, scale=(min_scale, 1.0), ratio=CROP_RATIO)]
         if kind == "shorter_side_resize_random_resized_crop":
             crop.insert(0, transforms.Resize(_resized(size)))
-    return transforms.Compose([
-        *crop,
-        transforms.RandomHorizontalFlip(FLIP_PROBABILITY),
-        transforms.ToTensor(),
-        transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
-    ])  # fmt: skip
+    return transforms.Compose(
+        [
+            *crop,
+            transforms.RandomHorizontalFlip(FLIP_PROBABILITY),
+            transforms.ToTensor(),
+            transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ]
+    )
 
 
 def eval_transform(image_size: int, kind: str = EVAL_DEFAULT) -> transforms.Compose:
@@ -75,12 +79,14 @@ def eval_transform(image_size: int, kind: str = EVAL_DEFAULT) -> transforms.Comp
     side to 256/224 of the size), centre crop."""
     size = check_image_size(image_size)
     square = _check_kind(kind, EVAL_KINDS, "augmentation.eval") == "square_resize_center_crop"
-    return transforms.Compose([
-        transforms.Resize((_resized(size), _resized(size)) if square else _resized(size)),
-        transforms.CenterCrop(size),
-        transforms.ToTensor(),
-        transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
-    ])  # fmt: skip
+    return transforms.Compose(
+        [
+            transforms.Resize((_resized(size), _resized(size)) if square else _resized(size)),
+            transforms.CenterCrop(size),
+            transforms.ToTensor(),
+            transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ]
+    )
 
 
 def eval_transform_of(config) -> transforms.Compose:

@@ -29,8 +29,14 @@ def _batchnorm_buffers(model: torch.nn.Module) -> list[tuple[torch.Tensor, torch
     ]
 
 
-def two_pass_backward(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, loss_fn, chunk_size: int,
-                      autocast=contextlib.nullcontext) -> torch.Tensor:  # fmt: skip
+def two_pass_backward(
+    model: torch.nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    loss_fn,
+    chunk_size: int,
+    autocast=contextlib.nullcontext,
+) -> torch.Tensor:
     """Accumulate the gradients of ``loss_fn(model(images), labels)`` into the parameters.
 
     ``images: [B, ...]``, ``labels: [B]``; ``loss_fn(embeddings [B', D], labels [B'])`` is called

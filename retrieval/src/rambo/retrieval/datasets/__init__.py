@@ -17,8 +17,8 @@ CLIs: ``python -m rambo.retrieval.datasets.synthetic ROOT --seed 0`` and
 
 from .cub import load_cub
 from .download import download
-from .imagefolder import load_imagefolder
 from .image_retrieval_dataset import ImageRetrievalDataset
+from .imagefolder import load_imagefolder
 from .inshop import load_inshop
 from .loading import load_dataset
 from .sop import load_sop

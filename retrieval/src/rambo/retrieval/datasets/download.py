@@ -74,12 +74,19 @@ DATASETS: dict[str, tuple[DatasetFile, ...]] = {
         DatasetFile(
             "img.zip",
             (_google_drive("0B7EVK8r0v71pS2YxRE1QTFZzekU", "0-2n-dbZygJiZdm0UbEaFRTA"),),
-            md5=None, extract=True, ready="img", found_at=("Img/img",), archive_at=("Img/img.zip",),
+            md5=None,
+            extract=True,
+            ready="img",
+            found_at=("Img/img",),
+            archive_at=("Img/img.zip",),
         ),
         DatasetFile(
             "list_eval_partition.txt",
             (_google_drive("0B7EVK8r0v71pYVBqLXpRVjhHeWM", "0-rxJ2QcImN-IRo_Bv9QSXmg"),),
-            md5=None, extract=False, ready="list_eval_partition.txt", found_at=("Eval/list_eval_partition.txt",),
+            md5=None,
+            extract=False,
+            ready="list_eval_partition.txt",
+            found_at=("Eval/list_eval_partition.txt",),
         ),
     ),
 }
@@ -90,8 +97,14 @@ HOMEPAGES = {
 }
 
 
-def download(name: str, root: Path | str, verify: bool = True, show_progress: bool | None = None,
-             mirror: str | None = None, archive_dir: Path | str | None = None) -> Path:  # fmt: skip
+def download(
+    name: str,
+    root: Path | str,
+    verify: bool = True,
+    show_progress: bool | None = None,
+    mirror: str | None = None,
+    archive_dir: Path | str | None = None,
+) -> Path:
     """Download and extract dataset ``name`` (``cub``, ``sop`` or ``inshop``) into ``root``.
 
     Returns ``root``, ready for ``load_dataset(name, root, split)``. Parts already in place are
@@ -103,8 +116,9 @@ def download(name: str, root: Path | str, verify: bool = True, show_progress: bo
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; downloadable: {sorted(DATASETS)} (synthetic is generated)")
     files = DATASETS[name] if mirror is None else from_mirror(DATASETS[name], mirror)
-    ensure_dataset(root, files, verify=verify, homepage=HOMEPAGES[name], show_progress=show_progress,
-                   archive_dir=archive_dir)  # fmt: skip
+    ensure_dataset(
+        root, files, verify=verify, homepage=HOMEPAGES[name], show_progress=show_progress, archive_dir=archive_dir
+    )
     return Path(root)
 
 
@@ -115,16 +129,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("name", choices=sorted(DATASETS))
     parser.add_argument("root", type=Path, help="folder to download and extract into")
-    parser.add_argument("--no-verify", action="store_true", help="ignored (kept for old scripts): pinned checksums "
-                        "are always checked, and files without one are used with a warning")
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="ignored (kept for old scripts): pinned checksums "
+        "are always checked, and files without one are used with a warning",
+    )
     parser.add_argument("--mirror", help="a folder or URL holding the archives (rambo.harness.mirror)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (shown only on a terminal anyway)")
     args = parser.parse_args(argv)
     try:
         if args.no_verify:
             print("warning: --no-verify is ignored: pinned checksums are always checked", file=sys.stderr)
-        root = download(args.name, args.root, show_progress=False if args.quiet else None,
-                        mirror=args.mirror)
+        root = download(args.name, args.root, show_progress=False if args.quiet else None, mirror=args.mirror)
     except (DownloadError, ArchiveError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

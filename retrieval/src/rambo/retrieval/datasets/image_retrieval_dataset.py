@@ -71,9 +71,7 @@ class ImageRetrievalDataset(torch.utils.data.Dataset):
 
     def __repr__(self) -> str:
         supers = "none" if self.super_labels is None else int(self.super_labels.unique().numel())
-        return (
-            f"{type(self).__name__}(images={len(self)}, classes={self.num_classes}, super_labels={supers})"
-        )
+        return f"{type(self).__name__}(images={len(self)}, classes={self.num_classes}, super_labels={supers})"
 
 
 def contiguous_labels(raw: Sequence) -> list[int]:

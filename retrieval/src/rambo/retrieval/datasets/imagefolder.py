@@ -30,10 +30,12 @@ def class_folders(folder: Path) -> dict[str, list[Path]]:
     classes = {}
     for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
         images = sorted(
-            p for p in sub.rglob("*")
-            if p.suffix.lower() in IMAGE_EXTENSIONS and p.is_file()
+            p
+            for p in sub.rglob("*")
+            if p.suffix.lower() in IMAGE_EXTENSIONS
+            and p.is_file()
             and not any(part.startswith(".") for part in p.relative_to(sub).parts)
-        )  # fmt: skip
+        )
         if images:
             classes[sub.name] = images
     return classes
@@ -52,7 +54,9 @@ def load_imagefolder(root: Path | str, split: str, transform: Callable | None = 
     check_split(split, IMAGEFOLDER_SPLITS, "imagefolder")
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"imagefolder: {root} is not a folder (expected {root}/<class>/<image>, or train/ and test/ of those)")
+        raise FileNotFoundError(
+            f"imagefolder: {root} is not a folder (expected {root}/<class>/<image>, or train/ and test/ of those)"
+        )
     if has_own_split(root):
         source = root / split
         classes = class_folders(source)

@@ -21,9 +21,7 @@ LOADERS: dict[str, Callable[..., ImageRetrievalDataset]] = {
 }
 
 
-def load_dataset(
-    name: str, root: Path | str, split: str, transform: Callable | None = None
-) -> ImageRetrievalDataset:
+def load_dataset(name: str, root: Path | str, split: str, transform: Callable | None = None) -> ImageRetrievalDataset:
     """Load split ``split`` of dataset ``name`` (``sop``, ``cub``, ``inshop``, ``synthetic`` or ``imagefolder``) from ``root``."""
     if name not in LOADERS:
         raise ValueError(f"unknown dataset {name!r}; expected one of {sorted(LOADERS)}")

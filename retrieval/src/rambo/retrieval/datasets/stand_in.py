@@ -40,8 +40,8 @@ CLI: ``python -m rambo.retrieval.datasets.stand_in OUT_DIR [--seed N]`` prints t
 
 from __future__ import annotations
 
-import io
 import colorsys
+import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,11 +66,17 @@ SOP_CLASSES_PER_SUPER = 5
 SOP_IMAGES_PER_CLASS = 4
 # CUB: real class folders; load_cub trains on the first half of the listed ids, tests on the rest.
 CUB_CLASSES = (
-    (1, "Black_footed_Albatross"), (2, "Laysan_Albatross"), (3, "Sooty_Albatross"),
-    (4, "Groove_billed_Ani"), (5, "Crested_Auklet"),
-    (101, "White_Pelican"), (102, "Western_Wood_Pewee"), (103, "Sayornis"),
-    (104, "American_Pipit"), (105, "Whip_poor_Will"),
-)  # fmt: skip
+    (1, "Black_footed_Albatross"),
+    (2, "Laysan_Albatross"),
+    (3, "Sooty_Albatross"),
+    (4, "Groove_billed_Ani"),
+    (5, "Crested_Auklet"),
+    (101, "White_Pelican"),
+    (102, "Western_Wood_Pewee"),
+    (103, "Sayornis"),
+    (104, "American_Pipit"),
+    (105, "Whip_poor_Will"),
+)
 CUB_IMAGES_PER_CLASS = 6
 # In-shop: real category folders; per category 4 train items and 2 query/gallery items.
 INSHOP_CATEGORIES = ("MEN/Denim", "MEN/Tees_Tanks", "WOMEN/Blouses_Shirts", "WOMEN/Dresses")
@@ -235,8 +241,13 @@ def cub_files(seed: int = 0) -> dict[str, bytes]:
             labels.append(f"{image_id} {class_id}")
             splits.append(f"{image_id} {int(training[k])}")
             boxes.append(f"{image_id} {x:.1f} {y:.1f} {w:.1f} {h:.1f}")
-    for name, rows in (("classes", classes), ("images", images), ("image_class_labels", labels),
-                       ("train_test_split", splits), ("bounding_boxes", boxes)):  # fmt: skip
+    for name, rows in (
+        ("classes", classes),
+        ("images", images),
+        ("image_class_labels", labels),
+        ("train_test_split", splits),
+        ("bounding_boxes", boxes),
+    ):
         files[f"{folder}/{name}.txt"] = _lines(rows)
     return files
 
@@ -244,8 +255,11 @@ def cub_files(seed: int = 0) -> dict[str, bytes]:
 def inshop_files(seed: int = 0) -> tuple[dict[str, bytes], bytes]:
     """The members of the In-shop stand-in ``img.zip`` and the bytes of ``list_eval_partition.txt``."""
     rng = np.random.default_rng([seed, _TAG["inshop"]])
-    slots = [(category, split) for category in INSHOP_CATEGORIES
-             for split in ("train",) * INSHOP_TRAIN_ITEMS + ("test",) * INSHOP_TEST_ITEMS]  # fmt: skip
+    slots = [
+        (category, split)
+        for category in INSHOP_CATEGORIES
+        for split in ("train",) * INSHOP_TRAIN_ITEMS + ("test",) * INSHOP_TEST_ITEMS
+    ]
     # Item numbers spread over the real range, train and test interleaved as in the real file.
     numbers = sorted(_distinct(rng, 1, 8000, len(slots)))
     files: dict[str, bytes] = {}
@@ -297,9 +311,12 @@ def write_archives(out_dir: Path | str, seed: int = 0) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return stand_in_main("python -m rambo.retrieval.datasets.stand_in",
-                         "Write small stand-ins of the CUB, SOP and In-shop downloads (official formats and layouts).",
-                         write_archives, argv)  # fmt: skip
+    return stand_in_main(
+        "python -m rambo.retrieval.datasets.stand_in",
+        "Write small stand-ins of the CUB, SOP and In-shop downloads (official formats and layouts).",
+        write_archives,
+        argv,
+    )
 
 
 if __name__ == "__main__":

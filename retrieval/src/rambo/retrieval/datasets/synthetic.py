@@ -32,8 +32,9 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-from rambo.harness.atomic import give_default_permissions
 from tqdm import tqdm
+
+from rambo.harness.atomic import give_default_permissions
 
 from .layout import detect_layout
 
@@ -41,9 +42,19 @@ from .layout import detect_layout
 GENERATOR_VERSION = 1
 MANIFEST = "synthetic.json"
 SHAPE_FAMILIES = (
-    "disc", "square", "triangle", "star", "plus", "ring",
-    "diamond", "hexagon", "crescent", "corner", "bars", "saltire",
-)  # fmt: skip
+    "disc",
+    "square",
+    "triangle",
+    "star",
+    "plus",
+    "ring",
+    "diamond",
+    "hexagon",
+    "crescent",
+    "corner",
+    "bars",
+    "saltire",
+)
 TEXTURES = ("solid", "stripes", "checker", "rings", "halves")
 # Drawn at SUPERSAMPLE x the image size and averaged down: anti-aliased edges at 32 px.
 SUPERSAMPLE = 2
@@ -249,7 +260,9 @@ def _write_dataset(folder: Path, params: SyntheticParameters, show_progress: boo
     rows: dict[str, list[str]] = {"train": [], "test": []}
     image_id = 0
     total = params.num_classes * params.images_per_class
-    with tqdm(total=total, desc="synthetic images", unit="img", disable=not (show_progress and sys.stderr.isatty())) as progress:
+    with tqdm(
+        total=total, desc="synthetic images", unit="img", disable=not (show_progress and sys.stderr.isatty())
+    ) as progress:
         for class_id in range(1, params.num_classes + 1):
             appearance = draw_class(params.seed, class_id, params.num_super_classes)
             split = "train" if class_id <= num_train else "test"
