@@ -19,7 +19,7 @@ PROFILE ?= mini
 BENCH_ARGS ?=
 FORCE_PROFILE ?=
 
-.PHONY: help install test test-slow test-slurm test-kernels test-mmdet docs bench gpu-check gpu-budget memory-plan wandb-report reproduce paper-smoke figures tables
+.PHONY: help install lint test test-slow test-slurm test-kernels test-mmdet docs bench gpu-check gpu-budget memory-plan wandb-report reproduce paper-smoke figures tables
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -32,6 +32,10 @@ $(STAMP): environments/requirements.txt $(addsuffix /pyproject.toml,$(SUBPROJECT
 	$(VENV)/bin/pip install -q -r environments/requirements.txt
 	$(VENV)/bin/pip install -q --no-deps $(addprefix -e ./,$(SUBPROJECTS))
 	touch $@
+
+lint: install ## ruff check and ruff format --check over the repository (ruff.toml); CI runs it
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 test: install ## run every sub-project's tests (the README's test command; CI runs exactly this)
 	$(PY) -m pytest -m "not slow and not slurm" $(TEST_DIRS)
