@@ -22,8 +22,10 @@ Outputs ``regime.json`` and ``regime.md`` in ``--work``.
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing
 import statistics
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,7 +102,13 @@ def prepare_validation(work: Path, images: int) -> Path:
 
 
 def scored(folder: Path, root: Path) -> dict:
-    """A trained run's validation AP50 and the scale of its classifier logits on the validation RoIs."""
+    """A trained run's validation AP50 and the scale of its classifier logits on the validation RoIs.
+
+    Kept beside the run (``validation.json``), so a rerun of the study reads it instead of evaluating again."""
+    cached = folder / "validation.json"
+    if cached.is_file():
+        return json.loads(cached.read_text())
+    torch.set_num_threads(1)  # one process per run (``--jobs``), as the variance study scores
     state = load_checkpoint(folder / "checkpoint.pt")
     config = OmegaConf.create(state["config"])
     model = build_detector(config.model, config.loss, len(SYNTHETIC_CLASSES))
@@ -112,11 +120,13 @@ def scored(folder: Path, root: Path) -> dict:
     hook.remove()
     objects = torch.cat(logits)[:, 1:]  # the object classes' columns (column 0: background)
     top2 = objects.topk(2, dim=1).values
-    return {
+    result = {
         "AP50": map_of_images(predictions, truths, sorted(truths), len(SYNTHETIC_CLASSES), config.eval.method),
         "logit_sd": objects.std().item(),
         "logit_top_margin": (top2[:, 0] - top2[:, 1]).mean().item(),
     }
+    write_json(cached, result)
+    return result
 
 
 def compare(a: list[float], b: list[float]) -> dict:
@@ -222,8 +232,9 @@ def main(argv=None) -> dict:
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(lambda w: train(args.work, data_dir, "mini_warm_start", w, None, []), range(args.seeds)))
         folders = list(pool.map(run, jobs))
-    torch.set_num_threads(args.jobs)
-    scores = {(name, row, seed): scored(folder, validation) for (name, row, seed, _), folder in zip(jobs, folders)}
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        values = pool.map(scored, folders, [validation] * len(folders))
+        scores = {(name, row, seed): value for (name, row, seed, _), value in zip(jobs, values)}
     result = report(scores, args.seeds, chosen)
     result["runs"] = {f"{name} {row} seed{seed}": value for (name, row, seed), value in scores.items()}
     write_json(args.work / "regime.json", result)
