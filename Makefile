@@ -78,7 +78,8 @@ $(PEERS_STAMP): $(STAMP)
 	$(PY) -c 'import site; print(site.getsitepackages()[0])' > "$$($(PEERS_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/_rambo_venv.pth"
 	$(PEERS_VENV)/bin/pip install -q wheel
 	echo "torch==$$($(PY) -c 'import torch; print(torch.__version__.split("+")[0])')" > $(PEERS_VENV)/torch-constraint.txt
-	TORCH_CUDA_ARCH_LIST="$${TORCH_CUDA_ARCH_LIST:-9.0}" $(PEERS_VENV)/bin/pip install -q torchsort==0.1.10 --no-build-isolation -c $(PEERS_VENV)/torch-constraint.txt \
+	nvcc=$$(command -v nvcc); CUDA_HOME="$${CUDA_HOME:-$${nvcc:+$$(dirname $$(dirname $$(readlink -f $$nvcc)))}}" \
+		TORCH_CUDA_ARCH_LIST="$${TORCH_CUDA_ARCH_LIST:-9.0}" $(PEERS_VENV)/bin/pip install -q torchsort==0.1.10 --no-build-isolation -c $(PEERS_VENV)/torch-constraint.txt \
 		|| echo "torchsort did not build: the peers table runs without it (and says so)"
 	touch $@
 
