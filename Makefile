@@ -15,11 +15,14 @@ MMDET_STAMP := $(MMDET_VENV)/.installed
 # The API reference's build tools (environments/docs-requirements.txt), apart from .venv.
 DOCS_VENV := .venv-docs
 DOCS_STAMP := $(DOCS_VENV)/.installed
+# The peers benchmark's environment: .venv's packages (a .pth file) plus torchsort, built from source against .venv's torch.
+PEERS_VENV := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
 PROFILE ?= mini
 BENCH_ARGS ?=
 FORCE_PROFILE ?=
 
-.PHONY: help install lint test test-slow test-slurm test-kernels test-mmdet docs bench gpu-check gpu-budget memory-plan wandb-report reproduce paper-smoke figures tables
+.PHONY: help install lint test test-slow test-slurm test-kernels test-mmdet docs bench bench-peers gpu-check gpu-budget memory-plan wandb-report reproduce paper-smoke figures tables
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -73,6 +76,19 @@ docs: $(DOCS_STAMP) ## the API reference from the docstrings (mkdocs + mkdocstri
 
 bench: install ## AP-loss speed benchmark vs the reference algorithm and one float32 sort (BENCH_ARGS="--with-1e8 --device cuda")
 	$(PY) -m rambo.core.benchmark --out core/benchmarks/ap_loss.json --markdown core/benchmarks/ap_loss.md $(BENCH_ARGS)
+
+$(PEERS_STAMP): $(STAMP)
+	$(PY) -m venv $(PEERS_VENV)
+	$(PY) -c 'import site; print(site.getsitepackages()[0])' > "$$($(PEERS_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/_rambo_venv.pth"
+	$(PEERS_VENV)/bin/pip install -q wheel
+	echo "torch==$$($(PY) -c 'import torch; print(torch.__version__.split("+")[0])')" > $(PEERS_VENV)/torch-constraint.txt
+	nvcc=$$(command -v nvcc); CUDA_HOME="$${CUDA_HOME:-$${nvcc:+$$(dirname $$(dirname $$(readlink -f $$nvcc)))}}" \
+		TORCH_CUDA_ARCH_LIST="$${TORCH_CUDA_ARCH_LIST:-9.0}" $(PEERS_VENV)/bin/pip install -q torchsort==0.1.10 --no-build-isolation -c $(PEERS_VENV)/torch-constraint.txt \
+		|| echo "torchsort did not build: the peers table runs without it (and says so)"
+	touch $@
+
+bench-peers: $(PEERS_STAMP) ## the RaMBO losses beside PML's FastAP, SmoothAP, MultiSimilarity, Contrastive and torchsort's soft-rank AP at batches 128-4096, with and without the memory (issue 33; about 10 minutes on one CPU thread): core/benchmarks/peers.{json,md}; .venv-peers holds torchsort
+	PYTHONPATH=$(CURDIR)/core/src:$$PYTHONPATH $(PEERS_VENV)/bin/python -m rambo.core.benchmark_peers --out core/benchmarks/peers.json --markdown core/benchmarks/peers.md $(BENCH_ARGS)
 
 gpu-check: install ## the project on one GPU in minutes (core tests on CUDA, rank losses 1e5-1e8 beside the paper's V100, CPU/GPU identical ranks, paper-profile training steps, Recall@K at SOP scale): benchmarks/gpu_check.md; toy sizes on the CPU when there is no GPU
 	$(PY) benchmarks/gpu_check.py

@@ -29,6 +29,7 @@ def measure(n: int, path: str, device: str) -> dict:
     import rambo.core
     from rambo.core import APLoss
     from rambo.core.loss_path import set_loss_path
+    from rambo.core.peak_memory import cpu_peak_bytes
 
     set_loss_path(path)
     generator = torch.Generator().manual_seed(0)
@@ -43,23 +44,9 @@ def measure(n: int, path: str, device: str) -> dict:
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - before
     else:
-        peak = _cpu_peak(lambda: loss(scores, relevant).backward())
+        peak = cpu_peak_bytes(lambda: loss(scores, relevant).backward())
     return {"n": n, "path": path, "device": device, "source": os.path.dirname(rambo.core.__file__),
             "peak_bytes": peak, "bytes_per_element": peak / n}  # fmt: skip
-
-
-def _cpu_peak(run) -> int:
-    """The peak of the running sum of the CPU allocations (and frees) made by ``run()``."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
-        run()
-    events = sorted((e.start_ns(), e.nbytes()) for e in profiler.profiler.kineto_results.events() if e.name() == "[memory]")
-    live = peak = 0
-    for _, change in events:
-        live += change
-        peak = max(peak, live)
-    return peak
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

@@ -43,6 +43,8 @@ from pathlib import Path
 
 import torch
 
+from rambo.core.peak_memory import cpu_peak_bytes
+
 REPO = Path(__file__).resolve().parents[1]
 GIB = 2**30
 CARDS_GIB = (16, 24, 40, 80)
@@ -115,20 +117,6 @@ def resident_bytes(*modules, optimizer=None, tensors=()) -> int:
     return _storage_bytes([*live, *tensors])
 
 
-def _cpu_peak_above(run) -> int:
-    """The peak of the running sum of the CPU allocations (and frees) made by ``run()``."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
-        run()
-    events = sorted((e.start_ns(), e.nbytes()) for e in profiler.profiler.kineto_results.events() if e.name() == "[memory]")
-    live = peak = 0
-    for _, change in events:
-        live += change
-        peak = max(peak, live)
-    return peak
-
-
 def measure_peak(run, device: torch.device, resident: int) -> int:
     """Peak tensor bytes during ``run()``: ``resident`` (what the caller counts as live before it)
     plus the peak above what was allocated before the call: on the CPU from the allocation events,
@@ -140,7 +128,7 @@ def measure_peak(run, device: torch.device, resident: int) -> int:
         run()
         torch.cuda.synchronize(device)
         return resident + torch.cuda.max_memory_allocated(device) - before
-    return resident + _cpu_peak_above(run)
+    return resident + cpu_peak_bytes(run)
 
 
 def compose(app: str, overrides: list[str]):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from .counted_ranking import BlackboxCountedRank, counting_fits
 from .ranking import rank_with_integers, sort_keys
 
 
@@ -118,16 +119,21 @@ def rank_items(scores: torch.Tensor, index: tuple[torch.Tensor, torch.Tensor], l
     """``rank(scores, lam)[index]`` and the same ranks as integers, for ``scores: [R, N]`` and
     ``index = (rows, columns)`` in row-major order (as ``relevant.nonzero(as_tuple=True)``).
 
-    Inputs are assumed checked (the losses check them). On the CPU, for float32 (or one row of
-    float64) the backward re-ranks only the P indexed items (module docstring); otherwise it is
-    the dense Alg. 1. Same values and gradients either way.
+    Inputs are assumed checked (the losses check them). On the CPU, with a few items per row
+    (:func:`.counted_ranking.counting_fits`), float32 or float64, the ranks are counted
+    (:class:`.counted_ranking.BlackboxCountedRank`: no sort); else, for float32 (or one row of
+    float64), the backward re-ranks only the P indexed items (module docstring); otherwise it is
+    the dense Alg. 1. Same values and gradients every way.
     """
     rows, n = scores.shape
     keyed = scores.dtype == torch.float32 and rows < 2**31 or rows == 1 and scores.dtype == torch.float64
-    if scores.device.type != "cpu" or not keyed or index[0].numel() == 0:
+    counted = scores.device.type == "cpu" and counting_fits(rows, n, index[0].numel(), scores.dtype)
+    if scores.device.type != "cpu" or not (keyed or counted) or index[0].numel() == 0:
         ranks, integer_ranks = rank_with_integers(scores, lam, validate=False)
         return ranks[index], integer_ranks[index]
     flat_index = index[0] * n + index[1]
     if flat_index.numel() > 1 and not bool((flat_index[1:] > flat_index[:-1]).all()):
         raise ValueError("rank_items needs distinct item indices in row-major order (as relevant.nonzero() gives)")
+    if counted:
+        return BlackboxCountedRank.apply(scores, flat_index, lam * n)
     return BlackboxItemRank.apply(scores, flat_index, lam * n)

@@ -64,7 +64,8 @@ def ranks_of_relevant_items(
     each relevant item, its rank among all items of its row after the margin shift (Eq. 14-15), and
     its rank among the relevant items of its row (a constant for the backward pass, as in the
     authors' implementation). One sort of the scores in the forward pass, everything else
-    O(N + P log N) (:func:`.item_ranking.rank_items`: the backward re-ranks only the moved items).
+    O(N + P log N) (:func:`.item_ranking.rank_items`: the backward re-ranks only the moved items);
+    with a few relevant items per row no sort at all (:mod:`.counted_ranking`: O(N) per item).
     """
     relevant_index = relevant.nonzero(as_tuple=True)
     shifted = shift_by_margin(scores, relevant, margin, relevant_index)
