@@ -27,6 +27,7 @@ import shutil
 from pathlib import Path
 
 import torch
+
 from rambo.core import RecallLoss
 from rambo.core.pairwise import pairwise_scores
 
@@ -95,8 +96,10 @@ def drive(root: Path, checkpoints: list[Path], batches: int = 20) -> None:
         print(f"{path} (mean pairwise cosine of its batches {sum(spread) / len(spread):.4f}):")
         for margin, rows in results.items():
             t = torch.tensor(rows)
-            print(f"  margin {margin:<4}: loss {t[:, 0].mean():.3f}  |grad| {t[:, 1].mean():.3g}  "
-                  f"d(mean cosine) per unit step {t[:, 2].mean():+.4f} (> 0 in {int((t[:, 2] > 0).sum())}/{len(t)} batches)")  # fmt: skip
+            print(
+                f"  margin {margin:<4}: loss {t[:, 0].mean():.3f}  |grad| {t[:, 1].mean():.3g}  "
+                f"d(mean cosine) per unit step {t[:, 2].mean():+.4f} (> 0 in {int((t[:, 2] > 0).sum())}/{len(t)} batches)"
+            )
 
 
 def main(argv=None) -> None:

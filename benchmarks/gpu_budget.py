@@ -43,23 +43,58 @@ class Experiment:
 
 
 EXPERIMENTS = (
-    Experiment("sop_log, sop_loglog, ablations", "retrieval_step", "sop", 80, "App. A: at most 80 epochs",
-               660 * 128, "660 batches of 128: 66 super-label pairs x 10 (FastAP's epoch, data.sampler.epoch_length)"),
+    Experiment(
+        "sop_log, sop_loglog, ablations",
+        "retrieval_step",
+        "sop",
+        80,
+        "App. A: at most 80 epochs",
+        660 * 128,
+        "660 batches of 128: 66 super-label pairs x 10 (FastAP's epoch, data.sampler.epoch_length)",
+    ),
     Experiment("cub_log, cub_loglog, ablations", "retrieval_step", "cub", 80, "App. A"),
-    Experiment("inshop_log, inshop_loglog, ablations", "retrieval_step", "inshop", 80, "App. A",
-               1012 * 128, "at most 1,012 batches of 128: 253 super-label pairs x 4"),
-    Experiment("sop_recallk(_simix)", "recall_k_step", "sop", 55, "Recall@k code, src/main.py (sop: 55)",
-               14 * 4000, "14 batches of 4,000 (59,551 // 4,000)"),
-    Experiment("cub_recallk(_simix)", "recall_k_step", "cub", 40, "Recall@k code (cub: 40); rate measured at batch 4,000",
-               14 * 400, "14 batches of 400"),
-    Experiment("inshop_recallk(_simix)", "recall_k_step", "inshop", 55, "SOP's (no In-shop setting in the Recall@k code)",
-               6 * 4000, "6 batches of 4,000"),
+    Experiment(
+        "inshop_log, inshop_loglog, ablations",
+        "retrieval_step",
+        "inshop",
+        80,
+        "App. A",
+        1012 * 128,
+        "at most 1,012 batches of 128: 253 super-label pairs x 4",
+    ),
+    Experiment(
+        "sop_recallk(_simix)",
+        "recall_k_step",
+        "sop",
+        55,
+        "Recall@k code, src/main.py (sop: 55)",
+        14 * 4000,
+        "14 batches of 4,000 (59,551 // 4,000)",
+    ),
+    Experiment(
+        "cub_recallk(_simix)",
+        "recall_k_step",
+        "cub",
+        40,
+        "Recall@k code (cub: 40); rate measured at batch 4,000",
+        14 * 400,
+        "14 batches of 400",
+    ),
+    Experiment(
+        "inshop_recallk(_simix)",
+        "recall_k_step",
+        "inshop",
+        55,
+        "SOP's (no In-shop setting in the Recall@k code)",
+        6 * 4000,
+        "6 batches of 4,000",
+    ),
     Experiment("table5_r50_voc07_rambo, table8_*", "table5_r50_voc07_rambo", "voc07", 12, "Sec. 5.2: 12 epochs"),
     Experiment("table5_r50_voc07_ce", "table5_r50_voc07_ce", "voc07", 12, "Sec. 5.2"),
     Experiment("table5_r50_voc0712_rambo", "table5_r50_voc07_rambo", "voc0712", 12, "Sec. 5.2"),
     Experiment("table5_r50_voc0712_ce", "table5_r50_voc07_ce", "voc0712", 12, "Sec. 5.2"),
     Experiment("table5_r101_voc0712_*, table5_x101_voc0712_*", "not measured", "voc0712", 12, "Sec. 5.2"),
-)  # fmt: skip
+)
 
 
 def step_rates(check: dict) -> dict[str, dict]:
@@ -85,11 +120,20 @@ def budget(check: dict) -> list[dict]:
         images = per_epoch * experiment.epochs
         rate = rates.get(experiment.step)
         hours = None if rate is None else images / rate["images_per_second"] / 3600
-        rows.append({"experiment": experiment.name, "dataset": experiment.dataset, "epochs": experiment.epochs,
-                     "epochs_source": experiment.epochs_source, "images_per_epoch": per_epoch,
-                     "epoch_source": experiment.epoch_source, "training_images": images,
-                     "images_per_second": None if rate is None else rate["images_per_second"],
-                     "peak_gib": None if rate is None else rate["peak_gib"], "hours": hours})  # fmt: skip
+        rows.append(
+            {
+                "experiment": experiment.name,
+                "dataset": experiment.dataset,
+                "epochs": experiment.epochs,
+                "epochs_source": experiment.epochs_source,
+                "images_per_epoch": per_epoch,
+                "epoch_source": experiment.epoch_source,
+                "training_images": images,
+                "images_per_second": None if rate is None else rate["images_per_second"],
+                "peak_gib": None if rate is None else rate["peak_gib"],
+                "hours": hours,
+            }
+        )
     return rows
 
 
@@ -106,9 +150,11 @@ def markdown(rows: list[dict], check: dict) -> str:
         rate = "not measured" if row["images_per_second"] is None else f"{row['images_per_second']:.0f}"
         peak = "-" if row["peak_gib"] is None else f"{row['peak_gib']:.1f}"
         hours = "not measured" if row["hours"] is None else f"{row['hours']:.2f}"
-        lines.append(f"| {row['experiment']} | {row['dataset']} ({TRAIN_IMAGES[row['dataset']]:,}) | "
-                     f"{row['images_per_epoch']:,} ({row['epoch_source']}) | "
-                     f"{row['epochs']} ({row['epochs_source']}) | {rate} | {peak} | {hours} |")  # fmt: skip
+        lines.append(
+            f"| {row['experiment']} | {row['dataset']} ({TRAIN_IMAGES[row['dataset']]:,}) | "
+            f"{row['images_per_epoch']:,} ({row['epoch_source']}) | "
+            f"{row['epochs']} ({row['epochs_source']}) | {rate} | {peak} | {hours} |"
+        )
     lines += [
         "",
         "Assumptions: the images per epoch above (the configs' epochs: the super-label sampler's "

@@ -46,13 +46,18 @@ def markdown(report: dict) -> str:
     meta = report["meta"]
     lines = [f"# GPU check ({'toy sizes' if meta['toy'] else 'full sizes'}) on {meta['device_name']}", ""]
     if not meta["gpu_found"]:
-        lines += ["**No GPU was found**: the same code paths ran at toy sizes on the CPU. These numbers say "
-                  "nothing about GPU speed.", ""]  # fmt: skip
+        lines += [
+            "**No GPU was found**: the same code paths ran at toy sizes on the CPU. These numbers say "
+            "nothing about GPU speed.",
+            "",
+        ]
     lines += [f"torch {meta['torch']}, Python {meta['python']}, {meta['date']}. Command: `{meta['command']}`.", ""]
     status = report["sections"]
     lines += ["| section | status |", "|---|---|"]
-    lines += [f"| {name} | {'ok' if value.get('ok') else 'FAILED: ' + value.get('error', 'see JSON').splitlines()[-1][:120]} |"
-              for name, value in status.items()]  # fmt: skip
+    lines += [
+        f"| {name} | {'ok' if value.get('ok') else 'FAILED: ' + value.get('error', 'see JSON').splitlines()[-1][:120]} |"
+        for name, value in status.items()
+    ]
     lines.append("")
     met = targets(report)
     if met:
@@ -77,12 +82,21 @@ def main(argv: list[str] | None = None) -> dict:
     out_dir = args.out_dir or REPO / ("benchmarks" if device.type == "cuda" and not toy else "build/gpu-check")
     out_dir.mkdir(parents=True, exist_ok=True)
     if not gpu_found:
-        print("no GPU found (torch.cuda.is_available() is False): running the same code paths at toy sizes on the CPU", flush=True)
+        print(
+            "no GPU found (torch.cuda.is_available() is False): running the same code paths at toy sizes on the CPU",
+            flush=True,
+        )
     sizes = Sizes(toy)
-    meta = {"toy": toy, "gpu_found": gpu_found, "device": str(device), "torch": torch.__version__,
-            "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"),
-            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.machine()})",
-            "command": "python benchmarks/gpu_check.py " + " ".join(argv if argv is not None else sys.argv[1:])}  # fmt: skip
+    meta = {
+        "toy": toy,
+        "gpu_found": gpu_found,
+        "device": str(device),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d"),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.machine()})",
+        "command": "python benchmarks/gpu_check.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
     report = {"meta": meta, "sections": {}}
     for name in args.sections:
         print(f"[gpu-check] {name} ...", flush=True)
@@ -93,8 +107,11 @@ def main(argv: list[str] | None = None) -> dict:
             report["sections"][name] = {"ok": False, "error": traceback.format_exc()}
             print(report["sections"][name]["error"], flush=True)
         report["sections"][name]["seconds"] = time.perf_counter() - started
-        print(f"[gpu-check] {name}: {'ok' if report['sections'][name].get('ok') else 'FAILED'} "
-              f"({report['sections'][name]['seconds']:.1f} s)", flush=True)  # fmt: skip
+        print(
+            f"[gpu-check] {name}: {'ok' if report['sections'][name].get('ok') else 'FAILED'} "
+            f"({report['sections'][name]['seconds']:.1f} s)",
+            flush=True,
+        )
         (out_dir / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
         if device.type == "cuda":
             torch.cuda.empty_cache()

@@ -45,8 +45,14 @@ def measure(n: int, path: str, device: str) -> dict:
         peak = torch.cuda.max_memory_allocated() - before
     else:
         peak = cpu_peak_bytes(lambda: loss(scores, relevant).backward())
-    return {"n": n, "path": path, "device": device, "source": os.path.dirname(rambo.core.__file__),
-            "peak_bytes": peak, "bytes_per_element": peak / n}  # fmt: skip
+    return {
+        "n": n,
+        "path": path,
+        "device": device,
+        "source": os.path.dirname(rambo.core.__file__),
+        "peak_bytes": peak,
+        "bytes_per_element": peak / n,
+    }
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -70,7 +76,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             command = [sys.executable, __file__, "--n", str(args.n), "--device", args.device, "--one", path]
             done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
             rows.append({"code": label, **json.loads(done.stdout.splitlines()[-1])})
-    print(f"AP loss forward+backward, one row of {args.n:.0e} scores on {args.device}: peak tensor memory above the inputs")
+    print(
+        f"AP loss forward+backward, one row of {args.n:.0e} scores on {args.device}: peak tensor memory above the inputs"
+    )
     print(f"{'path':<8}{'code':<15}{'peak MiB':>10}{'bytes/element':>15}")
     for row in rows:
         print(f"{row['path']:<8}{row['code']:<15}{row['peak_bytes'] / 2**20:>10.0f}{row['bytes_per_element']:>15.1f}")

@@ -50,12 +50,37 @@ GIB = 2**30
 CARDS_GIB = (16, 24, 40, 80)
 CUDA_ALLOWANCE_GIB = 1.0  # assumed: CUDA context (~0.3-0.5 GB) + cuDNN workspaces, not seen on the CPU
 SMALL = (2, 4)  # the images per step (or per two-pass chunk) measured; the line through them is extrapolated
-RETRIEVAL_ROWS = ("sop_log", "sop_loglog", "sop_recallk_simix", "cub_log", "cub_loglog", "cub_recallk_simix", "inshop_log",
-                  "inshop_loglog", "inshop_recallk_simix", "sop_loglog_no_memory", "sop_loglog_no_margin", "sop_loglog_row_memory", "cub_loglog_no_memory",
-                  "cub_loglog_no_margin", "inshop_log_no_memory", "inshop_log_no_margin")  # fmt: skip
-DETECTION_ROWS = ("table5_r50_voc07_ce", "table5_r50_voc07_rambo", "table5_r50_voc0712_ce", "table5_r50_voc0712_rambo",
-                  "table5_r101_voc0712_ce", "table5_r101_voc0712_rambo", "table5_x101_voc0712_ce",
-                  "table5_x101_voc0712_rambo", "table8_lam0p5_nomargin", "table8_lam0p1_margin", "table8_lam2p5_margin")  # fmt: skip
+RETRIEVAL_ROWS = (
+    "sop_log",
+    "sop_loglog",
+    "sop_recallk_simix",
+    "cub_log",
+    "cub_loglog",
+    "cub_recallk_simix",
+    "inshop_log",
+    "inshop_loglog",
+    "inshop_recallk_simix",
+    "sop_loglog_no_memory",
+    "sop_loglog_no_margin",
+    "sop_loglog_row_memory",
+    "cub_loglog_no_memory",
+    "cub_loglog_no_margin",
+    "inshop_log_no_memory",
+    "inshop_log_no_margin",
+)
+DETECTION_ROWS = (
+    "table5_r50_voc07_ce",
+    "table5_r50_voc07_rambo",
+    "table5_r50_voc0712_ce",
+    "table5_r50_voc0712_rambo",
+    "table5_r101_voc0712_ce",
+    "table5_r101_voc0712_rambo",
+    "table5_x101_voc0712_ce",
+    "table5_x101_voc0712_rambo",
+    "table8_lam0p5_nomargin",
+    "table8_lam0p1_margin",
+    "table8_lam2p5_margin",
+)
 # Test-split sizes (paper Sec. 5.1): what the evaluation's nearest-neighbour search holds.
 TEST_IMAGES = {"sop": {"test": 60_502}, "cub": {"test": 5_924}, "inshop": {"query": 14_218, "gallery": 12_612}}
 # VOC's common image shapes, 375x500 and 500x375 (H x W), one of each per pair: a plain random batch
@@ -146,7 +171,9 @@ def row_config(row: str, toy: dict | None = None):
     from omegaconf import OmegaConf, open_dict
 
     app = "retrieval" if row in RETRIEVAL_ROWS else "detection"
-    cfg = compose(app, [f"experiment={row}", "model.pretrained=false"] + (["profile=paper"] if app == "retrieval" else []))
+    cfg = compose(
+        app, [f"experiment={row}", "model.pretrained=false"] + (["profile=paper"] if app == "retrieval" else [])
+    )
     with open_dict(cfg):
         for key, value in (toy or {}).get(app, {}).items():
             if key != "two_pass_chunk_size" or OmegaConf.select(cfg, key):
@@ -195,7 +222,9 @@ def retrieval_train_peak(cfg, model, optimizer, loss_fn, n: int, device: torch.d
     options = EngineOptions(device=device)
     train_one_epoch(model, batches, loss_fn, optimizer, chunk, options=options)  # warm-up: the optimiser state exists
     resident = resident_bytes(model, loss_fn, optimizer=optimizer)
-    peak = measure_peak(lambda: train_one_epoch(model, batches, loss_fn, optimizer, chunk, options=options), device, resident)
+    peak = measure_peak(
+        lambda: train_one_epoch(model, batches, loss_fn, optimizer, chunk, options=options), device, resident
+    )
     return {"n": n, "batch": batch, "peak_bytes": peak}
 
 
@@ -248,8 +277,13 @@ def measure_retrieval(cfg, device: torch.device, sizes=SMALL) -> dict:
     evaluation = [retrieval_eval_peak(cfg, model, n, device) for n in sizes]
     params = resident_bytes(model)
     del model, optimizer, loss_fn
-    return {"sizes": list(sizes), "train_peak_bytes": [t["peak_bytes"] for t in train], "loss_peak_small_bytes": loss_small,
-            "eval_peak_bytes": evaluation, "model_bytes": params}  # fmt: skip
+    return {
+        "sizes": list(sizes),
+        "train_peak_bytes": [t["peak_bytes"] for t in train],
+        "loss_peak_small_bytes": loss_small,
+        "eval_peak_bytes": evaluation,
+        "model_bytes": params,
+    }
 
 
 def plan_retrieval(cfg, m: dict, loss: int, search: int) -> dict:
@@ -269,9 +303,19 @@ def plan_retrieval(cfg, m: dict, loss: int, search: int) -> dict:
         model = f"fixed + per_image x {batch} (input included) + loss on {batch} embeddings"
     search = m["model_bytes"] + search
     evaluation = max(extrapolate(eval_line, eval_batch), search)
-    return {"train_bytes": train, "eval_bytes": evaluation, "train_line": train_line, "eval_line": eval_line,
-            "loss_bytes": loss, "search_bytes": search, "train_model": model, "batch": batch, "eval_batch": eval_batch,
-            "two_pass_chunk_size": chunk, "image_bytes": image_bytes}  # fmt: skip
+    return {
+        "train_bytes": train,
+        "eval_bytes": evaluation,
+        "train_line": train_line,
+        "eval_line": eval_line,
+        "loss_bytes": loss,
+        "search_bytes": search,
+        "train_model": model,
+        "batch": batch,
+        "eval_batch": eval_batch,
+        "two_pass_chunk_size": chunk,
+        "image_bytes": image_bytes,
+    }
 
 
 def needs_retrieval(plan: dict, card_gib: float = 16, allowance_gib: float = CUDA_ALLOWANCE_GIB) -> str:
@@ -284,13 +328,18 @@ def needs_retrieval(plan: dict, card_gib: float = 16, allowance_gib: float = CUD
             room = budget - plan["batch"] * plan["image_bytes"]
             chunk = largest_fitting((fixed, per_image), room)
             loss_fits = fixed + plan["loss_bytes"] <= room
-            needs.append(f"two_pass_chunk_size <= {chunk}" + ("" if loss_fits else " and the loss on the whole batch does not fit: DDP"))
+            needs.append(
+                f"two_pass_chunk_size <= {chunk}"
+                + ("" if loss_fits else " and the loss on the whole batch does not fit: DDP")
+            )
         else:
             per_gpu = largest_fitting((fixed + plan["loss_bytes"], per_image), budget)
             gpus = math.ceil(plan["batch"] / per_gpu) if per_gpu else None
             needs.append(f"DDP over {gpus} GPUs ({per_gpu} images each)" if gpus else "does not fit at one image")
             if per_gpu:
-                needs.append(f"or two_pass_chunk_size <= {largest_fitting((fixed, per_image), budget - plan['batch'] * plan['image_bytes'])}")
+                needs.append(
+                    f"or two_pass_chunk_size <= {largest_fitting((fixed, per_image), budget - plan['batch'] * plan['image_bytes'])}"
+                )
     if plan["eval_bytes"] > budget:
         needs.append(f"eval_batch_size <= {largest_fitting(plan['eval_line'], budget)}")
     return "; ".join(needs) or "fits as configured"
@@ -307,7 +356,12 @@ def _detection_batch(n: int, shapes, generator) -> list:
         count = int(torch.randint(1, 5, (1,), generator=generator))
         corner = torch.rand(count, 2, generator=generator) * torch.tensor([width * 0.6, height * 0.6])
         size = (0.2 + 0.2 * torch.rand(count, 2, generator=generator)) * torch.tensor([width, height])
-        targets.append({"boxes": torch.cat([corner, corner + size], 1), "labels": torch.randint(1, 21, (count,), generator=generator)})
+        targets.append(
+            {
+                "boxes": torch.cat([corner, corner + size], 1),
+                "labels": torch.randint(1, 21, (count,), generator=generator),
+            }
+        )
     return images, targets
 
 
@@ -321,8 +375,12 @@ def measure_detection(cfg, device: torch.device, sizes=SMALL, shapes=VOC_SHAPES)
     torch.manual_seed(0)
     model = build_detector(cfg.model, cfg.loss, 20).to(device)
     schedule = cfg.schedule
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-4, momentum=schedule.momentum,
-                                weight_decay=schedule.weight_decay)  # fmt: skip
+    optimizer = torch.optim.SGD(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=1e-4,
+        momentum=schedule.momentum,
+        weight_decay=schedule.weight_decay,
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda iteration: 1.0)
     generator, flips = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
     clip, options = schedule.get("grad_clip_max_norm"), EngineOptions(device=device)
@@ -332,7 +390,12 @@ def measure_detection(cfg, device: torch.device, sizes=SMALL, shapes=VOC_SHAPES)
         images = [image.to(device) for image in images]
         targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
         batches = [(images, targets)]
-        step = lambda: train_one_epoch(model, batches, optimizer, scheduler, flips, grad_clip_max_norm=clip, options=options)  # noqa: E731
+
+        def step(batches=batches):
+            return train_one_epoch(
+                model, batches, optimizer, scheduler, flips, grad_clip_max_norm=clip, options=options
+            )
+
         step()  # warm-up: the momentum buffers exist (and the score memory starts filling)
         resident = resident_bytes(model, optimizer=optimizer, tensors=images)
         train.append(measure_peak(step, device, resident))
@@ -344,8 +407,13 @@ def measure_detection(cfg, device: torch.device, sizes=SMALL, shapes=VOC_SHAPES)
 
         evaluation.append(measure_peak(forward, device, resident_bytes(model, tensors=images)))
         model.train()
-    return {"sizes": list(sizes), "shapes": [list(s) for s in shapes], "train_peak_bytes": train, "eval_peak_bytes": evaluation,
-            "resized": [int(cfg.model.min_size), int(cfg.model.max_size)]}  # fmt: skip
+    return {
+        "sizes": list(sizes),
+        "shapes": [list(s) for s in shapes],
+        "train_peak_bytes": train,
+        "eval_peak_bytes": evaluation,
+        "resized": [int(cfg.model.min_size), int(cfg.model.max_size)],
+    }
 
 
 def plan_detection(cfg, m: dict) -> dict:
@@ -353,9 +421,15 @@ def plan_detection(cfg, m: dict) -> dict:
     eval_batch = int(cfg.eval.get("batch_size", batch))  # the training batch before eval.batch_size existed
     train_line = fit_line(m["sizes"][0], m["train_peak_bytes"][0], m["sizes"][1], m["train_peak_bytes"][1])
     eval_line = fit_line(m["sizes"][0], m["eval_peak_bytes"][0], m["sizes"][1], m["eval_peak_bytes"][1])
-    return {"train_bytes": extrapolate(train_line, batch), "eval_bytes": extrapolate(eval_line, eval_batch), "train_line": train_line,
-            "eval_line": eval_line, "batch": batch, "eval_batch": eval_batch,
-            "train_model": f"fixed + per_image x {batch} (inputs included)"}  # fmt: skip
+    return {
+        "train_bytes": extrapolate(train_line, batch),
+        "eval_bytes": extrapolate(eval_line, eval_batch),
+        "train_line": train_line,
+        "eval_line": eval_line,
+        "batch": batch,
+        "eval_batch": eval_batch,
+        "train_model": f"fixed + per_image x {batch} (inputs included)",
+    }
 
 
 def needs_detection(plan: dict, card_gib: float = 16, allowance_gib: float = CUDA_ALLOWANCE_GIB) -> str:
@@ -363,7 +437,11 @@ def needs_detection(plan: dict, card_gib: float = 16, allowance_gib: float = CUD
     needs = []
     if plan["train_bytes"] > budget:
         per_gpu = largest_fitting(plan["train_line"], budget)
-        needs.append(f"DDP over {math.ceil(plan['batch'] / per_gpu)} GPUs ({per_gpu} images each)" if per_gpu else "does not fit at one image")
+        needs.append(
+            f"DDP over {math.ceil(plan['batch'] / per_gpu)} GPUs ({per_gpu} images each)"
+            if per_gpu
+            else "does not fit at one image"
+        )
     if plan["eval_bytes"] > budget:
         needs.append(f"eval.batch_size <= {largest_fitting(plan['eval_line'], budget)}")
     return "; ".join(needs) or "fits as configured"
@@ -380,12 +458,23 @@ def shape_key(app: str, cfg) -> str:
     image, or every proposal, the paper RaMBO rows'); the RoI classifier loss itself (CE, or RaMBO
     on the logits, x 8 with its memory: megabytes) is left out."""
     if app == "retrieval":
-        parts = [cfg.model.backbone, cfg.image_size, cfg.model.embedding_dim, cfg.model.freeze_batchnorm,
-                 "two-pass" if cfg.two_pass_chunk_size else "one-pass"]
+        parts = [
+            cfg.model.backbone,
+            cfg.image_size,
+            cfg.model.embedding_dim,
+            cfg.model.freeze_batchnorm,
+            "two-pass" if cfg.two_pass_chunk_size else "one-pass",
+        ]
     else:
-        parts = [cfg.model.backbone, cfg.model.min_size, cfg.model.max_size, cfg.model.trainable_layers,
-                 cfg.model.box_batch_size_per_image, cfg.model.rpn_post_nms_top_n_train,
-                 cfg.loss.get("classifier_rois", "sampled")]  # fmt: skip
+        parts = [
+            cfg.model.backbone,
+            cfg.model.min_size,
+            cfg.model.max_size,
+            cfg.model.trainable_layers,
+            cfg.model.box_batch_size_per_image,
+            cfg.model.rpn_post_nms_top_n_train,
+            cfg.loss.get("classifier_rois", "sampled"),
+        ]
     return "|".join(str(p) for p in parts)
 
 
@@ -398,50 +487,97 @@ def plan(rows, device: torch.device = torch.device("cpu"), toy: dict | None = No
         if key not in measured:
             started = time.perf_counter()
             sizes = (toy or {}).get("sizes", SMALL)
-            measured[key] = (measure_retrieval(cfg, device, sizes) if app == "retrieval" else measure_detection(cfg, device, sizes, (toy or {}).get("shapes", VOC_SHAPES)))  # fmt: skip
+            measured[key] = (
+                measure_retrieval(cfg, device, sizes)
+                if app == "retrieval"
+                else measure_detection(cfg, device, sizes, (toy or {}).get("shapes", VOC_SHAPES))
+            )
             measured[key]["seconds"] = round(time.perf_counter() - started, 1)
             log(f"[memory-plan] measured {row} ({key}) in {measured[key]['seconds']} s")
         m = measured[key]
         if app == "retrieval":
-            loss_key = ("loss", cfg.loss.name, str(cfg.loss.module), int(cfg.batch_size), int(cfg.data.sampler.samples_per_class))
+            loss_key = (
+                "loss",
+                cfg.loss.name,
+                str(cfg.loss.module),
+                int(cfg.batch_size),
+                int(cfg.data.sampler.samples_per_class),
+            )
             if loss_key not in measured:
                 measured[loss_key] = retrieval_loss_peak(cfg, int(cfg.batch_size), device)
             search_key = ("search", cfg.data.name, int(cfg.model.embedding_dim))
             if search_key not in measured:
-                measured[search_key] = search_peak(cfg.data.name, int(cfg.model.embedding_dim), device, (toy or {}).get("search_scale", 1.0))
+                measured[search_key] = search_peak(
+                    cfg.data.name, int(cfg.model.embedding_dim), device, (toy or {}).get("search_scale", 1.0)
+                )
             p = plan_retrieval(cfg, m, measured[loss_key], measured[search_key])
         else:
             p = plan_detection(cfg, m)
         needs = needs_retrieval(p) if app == "retrieval" else needs_detection(p)
         peak = max(p["train_bytes"], p["eval_bytes"]) / GIB
-        out.append({"row": row, "app": app, "shape": key, "backbone": cfg.model.backbone, **p, "train_gib": p["train_bytes"] / GIB,
-                    "eval_gib": p["eval_bytes"] / GIB, "fits": {str(c): f for c, f in fits(peak).items()}, "needs_for_16": needs,
-                    "measured": m})  # fmt: skip
-    return {"meta": {"device": str(device), "torch": torch.__version__, "python": platform.python_version(),
-                     "machine": platform.machine(), "date": time.strftime("%Y-%m-%d"), "small_sizes": list((toy or {}).get("sizes", SMALL)),
-                     "cards_gib": list(CARDS_GIB), "cuda_allowance_gib": CUDA_ALLOWANCE_GIB, "toy": bool(toy),
-                     "command": "python benchmarks/memory_plan.py " + " ".join(sys.argv[1:])}, "rows": out}  # fmt: skip
+        out.append(
+            {
+                "row": row,
+                "app": app,
+                "shape": key,
+                "backbone": cfg.model.backbone,
+                **p,
+                "train_gib": p["train_bytes"] / GIB,
+                "eval_gib": p["eval_bytes"] / GIB,
+                "fits": {str(c): f for c, f in fits(peak).items()},
+                "needs_for_16": needs,
+                "measured": m,
+            }
+        )
+    return {
+        "meta": {
+            "device": str(device),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "date": time.strftime("%Y-%m-%d"),
+            "small_sizes": list((toy or {}).get("sizes", SMALL)),
+            "cards_gib": list(CARDS_GIB),
+            "cuda_allowance_gib": CUDA_ALLOWANCE_GIB,
+            "toy": bool(toy),
+            "command": "python benchmarks/memory_plan.py " + " ".join(sys.argv[1:]),
+        },
+        "rows": out,
+    }
 
 
 def markdown(report: dict) -> str:
     meta = report["meta"]
-    lines = [f"# GPU memory plan of the paper experiments{' (toy sizes)' if meta['toy'] else ''}", "",
-             f"Measured on `{meta['device']}` ({meta['machine']}), torch {meta['torch']}, {meta['date']}: `{meta['command']}`. "
-             f"Peak tensor memory of one training step and of one evaluation batch at {meta['small_sizes']} images "
-             "(per two-pass chunk for the Recall@k rows), extrapolated linearly to the row's own batch "
-             "(benchmarks/memory_plan.py's docstring); GiB. A card fits when the larger peak plus "
-             f"{meta['cuda_allowance_gib']} GiB (an assumed allowance for the CUDA context and cuDNN workspaces) is at most "
-             "its size.", "",
-             "| experiment | train batch | train step GiB | eval batch | eval GiB | " + " | ".join(f"{c} GB" for c in meta["cards_gib"])
-             + " | to fit 16 GB |", "|---|---:|---:|---:|---:|" + "---|" * len(meta["cards_gib"]) + "---|"]  # fmt: skip
+    lines = [
+        f"# GPU memory plan of the paper experiments{' (toy sizes)' if meta['toy'] else ''}",
+        "",
+        f"Measured on `{meta['device']}` ({meta['machine']}), torch {meta['torch']}, {meta['date']}: `{meta['command']}`. "
+        f"Peak tensor memory of one training step and of one evaluation batch at {meta['small_sizes']} images "
+        "(per two-pass chunk for the Recall@k rows), extrapolated linearly to the row's own batch "
+        "(benchmarks/memory_plan.py's docstring); GiB. A card fits when the larger peak plus "
+        f"{meta['cuda_allowance_gib']} GiB (an assumed allowance for the CUDA context and cuDNN workspaces) is at most "
+        "its size.",
+        "",
+        "| experiment | train batch | train step GiB | eval batch | eval GiB | "
+        + " | ".join(f"{c} GB" for c in meta["cards_gib"])
+        + " | to fit 16 GB |",
+        "|---|---:|---:|---:|---:|" + "---|" * len(meta["cards_gib"]) + "---|",
+    ]
     for r in report["rows"]:
         batch = f"{r['batch']}" + (f" (chunk {r['two_pass_chunk_size']})" if r.get("two_pass_chunk_size") else "")
         cells = ["yes" if r["fits"][str(c)] else "no" for c in meta["cards_gib"]]
-        lines.append(f"| {r['row']} | {batch} | {r['train_gib']:.1f} | {r['eval_batch']} | {r['eval_gib']:.1f} | " + " | ".join(cells)
-                     + f" | {r['needs_for_16']} |")  # fmt: skip
-    lines += ["", "Per shape (measured once, shared by the rows listed): the fitted lines, GiB = fixed + per image x n.", "",
-              "| rows | train fixed | train per image | eval fixed | eval per image | loss at the row's batch | search (with the model) | train model | measured in |",
-              "|---|---:|---:|---:|---:|---:|---:|---|---:|"]  # fmt: skip
+        lines.append(
+            f"| {r['row']} | {batch} | {r['train_gib']:.1f} | {r['eval_batch']} | {r['eval_gib']:.1f} | "
+            + " | ".join(cells)
+            + f" | {r['needs_for_16']} |"
+        )
+    lines += [
+        "",
+        "Per shape (measured once, shared by the rows listed): the fitted lines, GiB = fixed + per image x n.",
+        "",
+        "| rows | train fixed | train per image | eval fixed | eval per image | loss at the row's batch | search (with the model) | train model | measured in |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
     shapes = {}
     for r in report["rows"]:
         shapes.setdefault(r["shape"], []).append(r)
@@ -449,15 +585,21 @@ def markdown(report: dict) -> str:
         r = group[0]
         loss = f"{r['loss_bytes'] / GIB:.2f}" if "loss_bytes" in r else "-"
         search = f"{r['search_bytes'] / GIB:.2f}" if "search_bytes" in r else "-"
-        lines.append(f"| {', '.join(g['row'] for g in group)} | {r['train_line'][0] / GIB:.2f} | {r['train_line'][1] / GIB:.3f} | "
-                     f"{r['eval_line'][0] / GIB:.2f} | {r['eval_line'][1] / GIB:.4f} | {loss} | {search} | {r['train_model']} | "
-                     f"{r['measured']['seconds']} s |")  # fmt: skip
-    lines += ["", "Assumptions: the peaks are linear in the images per step between what was measured and the row's batch "
-              "(activations per image; the loss and the search are measured at the row's size instead); detection "
-              "images are VOC's 375x500 and 500x375 in one batch (padded to 800x800 after the 600-1000 px resize; an "
-              "extreme aspect ratio pads up to 1000x1000, 1.56x the pixels); the evaluation's search is on the GPU "
-              "(the torch backend, faiss-cpu installed); CPU allocations stand in for CUDA's (other kernels, the caching "
-              "allocator's rounding): `make gpu-check`'s `memory_plan` section measures both on a GPU.", ""]  # fmt: skip
+        lines.append(
+            f"| {', '.join(g['row'] for g in group)} | {r['train_line'][0] / GIB:.2f} | {r['train_line'][1] / GIB:.3f} | "
+            f"{r['eval_line'][0] / GIB:.2f} | {r['eval_line'][1] / GIB:.4f} | {loss} | {search} | {r['train_model']} | "
+            f"{r['measured']['seconds']} s |"
+        )
+    lines += [
+        "",
+        "Assumptions: the peaks are linear in the images per step between what was measured and the row's batch "
+        "(activations per image; the loss and the search are measured at the row's size instead); detection "
+        "images are VOC's 375x500 and 500x375 in one batch (padded to 800x800 after the 600-1000 px resize; an "
+        "extreme aspect ratio pads up to 1000x1000, 1.56x the pixels); the evaluation's search is on the GPU "
+        "(the torch backend, faiss-cpu installed); CPU allocations stand in for CUDA's (other kernels, the caching "
+        "allocator's rounding): `make gpu-check`'s `memory_plan` section measures both on a GPU.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -481,10 +623,20 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 # Toy sizes: the same code on small images and batches (tests/test_memory_plan.py, gpu_check --toy).
-TOY = {"retrieval": {"model.backbone": "resnet18", "image_size": 32, "model.embedding_dim": 32, "batch_size": 16,
-                     "eval_batch_size": 8, "two_pass_chunk_size": 4},
-       "detection": {"model.backbone": "resnet18", "model.min_size": 64, "model.max_size": 96, "schedule.batch_size": 4},
-       "sizes": (2, 4), "search_scale": 0.02, "shapes": ((24, 32), (32, 24))}  # fmt: skip
+TOY = {
+    "retrieval": {
+        "model.backbone": "resnet18",
+        "image_size": 32,
+        "model.embedding_dim": 32,
+        "batch_size": 16,
+        "eval_batch_size": 8,
+        "two_pass_chunk_size": 4,
+    },
+    "detection": {"model.backbone": "resnet18", "model.min_size": 64, "model.max_size": 96, "schedule.batch_size": 4},
+    "sizes": (2, 4),
+    "search_scale": 0.02,
+    "shapes": ((24, 32), (32, 24)),
+}
 
 if __name__ == "__main__":
     main()

@@ -7,9 +7,33 @@ shown: ``run(device, sizes) -> dict`` (the section's JSON; ``"ok"`` says whether
 which the report shows their tables. ``common`` (sizes, memory, formats), ``training_steps`` (shared by the two
 retrieval step sections) and ``targets`` (issue 23's table, read across sections) are not sections."""
 
-from . import (core_tests, cuda_graphs, detection_step, memory_plan, rank_losses, ranks_identical, recall_at_k_eval,
-               recall_k_step, retrieval_step, sync_free)  # fmt: skip
+from . import (
+    core_tests,
+    cuda_graphs,
+    detection_step,
+    memory_plan,
+    peers,
+    rank_losses,
+    ranks_identical,
+    recall_at_k_eval,
+    recall_k_step,
+    retrieval_step,
+    sync_free,
+)
 
-SECTIONS = {module.__name__.rsplit(".", 1)[-1]: module
-            for module in (core_tests, rank_losses, sync_free, cuda_graphs, ranks_identical, retrieval_step,
-                           recall_k_step, recall_at_k_eval, detection_step, memory_plan)}  # fmt: skip
+SECTIONS = {
+    module.__name__.rsplit(".", 1)[-1]: module
+    for module in (
+        core_tests,
+        rank_losses,
+        peers,
+        sync_free,
+        cuda_graphs,
+        ranks_identical,
+        retrieval_step,
+        recall_k_step,
+        recall_at_k_eval,
+        detection_step,
+        memory_plan,
+    )
+}

@@ -29,10 +29,17 @@ class Sizes:
         self.repeats = 2 if toy else 10
         self.identical_lengths = (2_000, (4, 500)) if toy else (10**6, (64, 8_192))
         self.retrieval = dict(batch=8, image_size=32, steps=2) if toy else dict(batch=128, image_size=224, steps=6)
-        self.recall_k = dict(batch=16, chunk=4, image_size=32, steps=1) if toy else dict(batch=4000, chunk=250, image_size=224, steps=2)
+        self.recall_k = (
+            dict(batch=16, chunk=4, image_size=32, steps=1)
+            if toy
+            else dict(batch=4000, chunk=250, image_size=224, steps=2)
+        )
         self.eval = dict(n=2_000, dim=32) if toy else dict(n=60_502, dim=512)
-        self.detection = dict(batch=2, height=48, width=64, min_size=64, max_size=96, steps=2) if toy else \
-            dict(batch=8, height=375, width=500, min_size=600, max_size=1000, steps=6)  # fmt: skip
+        self.detection = (
+            dict(batch=2, height=48, width=64, min_size=64, max_size=96, steps=2)
+            if toy
+            else dict(batch=8, height=375, width=500, min_size=600, max_size=1000, steps=6)
+        )
         self.core_tests = ["core/tests/test_core_ranking.py"] if toy else ["core/tests"]
 
 
@@ -97,5 +104,11 @@ def section_table(title: str, header: list[str], align: str, rows: list[list]) -
     """A Markdown section: ``## title``, a table with ``header`` (``align``: one ``l``/``r`` per
     column) and ``rows``, and a blank line."""
     rule = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
-    return [f"## {title}", "", "| " + " | ".join(header) + " |", rule,
-            *["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows], ""]  # fmt: skip
+    return [
+        f"## {title}",
+        "",
+        "| " + " | ".join(header) + " |",
+        rule,
+        *["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows],
+        "",
+    ]

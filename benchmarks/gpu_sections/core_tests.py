@@ -22,9 +22,15 @@ def run(device: torch.device, sizes: Sizes) -> dict:
     summary = output.strip().splitlines()[-1] if output.strip() else ""
     counts = {word: int(number) for number, word in re.findall(r"(\d+) (passed|failed|skipped|errors?)", summary)}
     failures = [line for line in output.splitlines() if line.startswith(("FAILED", "ERROR"))]
-    return {"device": str(device), "exit_code": done.returncode, "summary": summary, "counts": counts,
-            "failures": failures[:50], "output_tail": output[-6000:] if done.returncode else "",
-            "ok": done.returncode == 0}  # fmt: skip
+    return {
+        "device": str(device),
+        "exit_code": done.returncode,
+        "summary": summary,
+        "counts": counts,
+        "failures": failures[:50],
+        "output_tail": output[-6000:] if done.returncode else "",
+        "ok": done.returncode == 0,
+    }
 
 
 def markdown(result: dict, report: dict) -> list[str]:

@@ -24,16 +24,31 @@ def run(device: torch.device, sizes: Sizes) -> dict:
     if toy is None and committed.is_file():
         cpu = {r["row"]: r for r in json.loads(committed.read_text())["rows"]}
     else:  # a toy plan on the CPU (on a CPU device: the one just made)
-        cpu = {r["row"]: r for r in (here if device.type == "cpu" else plan_tool.plan(MEMORY_PLAN_ROWS, torch.device("cpu"), toy)["rows"])}
+        cpu = {
+            r["row"]: r
+            for r in (
+                here if device.type == "cpu" else plan_tool.plan(MEMORY_PLAN_ROWS, torch.device("cpu"), toy)["rows"]
+            )
+        }
     rows = []
     for r in here:
         c, m = cpu[r["row"]], r["measured"]
-        rows.append({"row": r["row"], "sizes": m["sizes"], "train_peak_gib": [b / 2**30 for b in m["train_peak_bytes"]],
-                     "cpu_train_peak_gib": [b / 2**30 for b in c["measured"]["train_peak_bytes"]],
-                     "eval_peak_gib": [b / 2**30 for b in m["eval_peak_bytes"]],
-                     "cpu_eval_peak_gib": [b / 2**30 for b in c["measured"]["eval_peak_bytes"]],
-                     "train_gib": r["train_gib"], "cpu_train_gib": c["train_gib"], "eval_gib": r["eval_gib"], "cpu_eval_gib": c["eval_gib"],
-                     "batch": r["batch"], "eval_batch": r["eval_batch"]})  # fmt: skip
+        rows.append(
+            {
+                "row": r["row"],
+                "sizes": m["sizes"],
+                "train_peak_gib": [b / 2**30 for b in m["train_peak_bytes"]],
+                "cpu_train_peak_gib": [b / 2**30 for b in c["measured"]["train_peak_bytes"]],
+                "eval_peak_gib": [b / 2**30 for b in m["eval_peak_bytes"]],
+                "cpu_eval_peak_gib": [b / 2**30 for b in c["measured"]["eval_peak_bytes"]],
+                "train_gib": r["train_gib"],
+                "cpu_train_gib": c["train_gib"],
+                "eval_gib": r["eval_gib"],
+                "cpu_eval_gib": c["eval_gib"],
+                "batch": r["batch"],
+                "eval_batch": r["eval_batch"],
+            }
+        )
     return {"rows": rows, "device": str(device), "ok": True}
 
 
@@ -42,11 +57,32 @@ def markdown(result: dict, report: dict) -> list[str]:
     if not result.get("rows"):
         return []
     pair = lambda values: " / ".join(f"{v:.2f}" for v in values)  # noqa: E731
-    rows = [[r["row"], pair(r["sizes"]), pair(r["cpu_train_peak_gib"]), pair(r["train_peak_gib"]), pair(r["cpu_eval_peak_gib"]),
-             pair(r["eval_peak_gib"]), f"{r['batch']}: {r['cpu_train_gib']:.2f} / {r['train_gib']:.2f}",
-             f"{r['eval_batch']}: {r['cpu_eval_gib']:.2f} / {r['eval_gib']:.2f}"] for r in result["rows"]]  # fmt: skip
+    rows = [
+        [
+            r["row"],
+            pair(r["sizes"]),
+            pair(r["cpu_train_peak_gib"]),
+            pair(r["train_peak_gib"]),
+            pair(r["cpu_eval_peak_gib"]),
+            pair(r["eval_peak_gib"]),
+            f"{r['batch']}: {r['cpu_train_gib']:.2f} / {r['train_gib']:.2f}",
+            f"{r['eval_batch']}: {r['cpu_eval_gib']:.2f} / {r['eval_gib']:.2f}",
+        ]
+        for r in result["rows"]
+    ]
     device = result["device"]
-    return section_table(f"Memory plan (benchmarks/memory_plan.py): CPU plan beside `{device}`, GiB",
-                         ["row", "images", "train peak CPU", f"train peak {device}", "eval peak CPU",
-                          f"eval peak {device}", "train at its batch CPU / here", "eval at its batch CPU / here"],
-                         "lrrrrrrr", rows)  # fmt: skip
+    return section_table(
+        f"Memory plan (benchmarks/memory_plan.py): CPU plan beside `{device}`, GiB",
+        [
+            "row",
+            "images",
+            "train peak CPU",
+            f"train peak {device}",
+            "eval peak CPU",
+            f"eval peak {device}",
+            "train at its batch CPU / here",
+            "eval at its batch CPU / here",
+        ],
+        "lrrrrrrr",
+        rows,
+    )

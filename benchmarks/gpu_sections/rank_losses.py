@@ -8,8 +8,18 @@ import torch
 
 from rambo.core.benchmark import LAM, MARGIN, RELEVANT_FRACTION, median_ms
 
-from .common import (PAPER_DETECTION_MS, PAPER_V100_MS, Sizes, format_gib, format_ms, loss_fwd_bwd, peak_gib,
-                     random_row, reset_peak, section_table)  # fmt: skip
+from .common import (
+    PAPER_DETECTION_MS,
+    PAPER_V100_MS,
+    Sizes,
+    format_gib,
+    format_ms,
+    loss_fwd_bwd,
+    peak_gib,
+    random_row,
+    reset_peak,
+    section_table,
+)
 
 
 def run(device: torch.device, sizes: Sizes) -> dict:
@@ -30,11 +40,19 @@ def run(device: torch.device, sizes: Sizes) -> dict:
         row["peak_gib"] = peak_gib(device)
         row["paper_v100_ms"] = PAPER_DETECTION_MS if row["detection_sequence"] else PAPER_V100_MS.get(n)
         rows.append(row)
-        print(f"  n={n:.1e}: AP {row['ap_ms']:.2f} ms, recall {row['recall_ms']:.2f} ms, sort {row['sort_ms']:.2f} ms",
-              flush=True)  # fmt: skip
-        del scores, relevant, flat
-    return {"rows": rows, "repeats": sizes.repeats, "margin": MARGIN, "lam": LAM, "relevant_fraction": RELEVANT_FRACTION,
-            "ok": True}  # fmt: skip
+        print(
+            f"  n={n:.1e}: AP {row['ap_ms']:.2f} ms, recall {row['recall_ms']:.2f} ms, sort {row['sort_ms']:.2f} ms",
+            flush=True,
+        )
+        scores = relevant = flat = None  # the next length allocates after these are freed
+    return {
+        "rows": rows,
+        "repeats": sizes.repeats,
+        "margin": MARGIN,
+        "lam": LAM,
+        "relevant_fraction": RELEVANT_FRACTION,
+        "ok": True,
+    }
 
 
 def markdown(result: dict, report: dict) -> list[str]:
@@ -44,9 +62,25 @@ def markdown(result: dict, report: dict) -> list[str]:
     rows = []
     for row in result["rows"]:
         label = f"{row['n']:.1e}" + (" (detection)" if row["detection_sequence"] else "")
-        paper = ("< " if row["detection_sequence"] else "") + format_ms(row["paper_v100_ms"]) if row["paper_v100_ms"] else "-"
-        rows.append([label, format_ms(row["ap_ms"]), format_ms(row["recall_ms"]), format_ms(row["sort_ms"]),
-                     f"{row['ap_ms'] / row['sort_ms']:.2f}", paper, format_gib(row["peak_gib"])])  # fmt: skip
-    return section_table("Rank losses, forward + backward (one row, 1 relevant in 100)",
-                         ["length", "AP loss", "recall loss (log)", "one float32 sort", "AP / sort", "paper V100 (AP)", "peak memory"],
-                         "rrrrrrr", rows)  # fmt: skip
+        paper = (
+            ("< " if row["detection_sequence"] else "") + format_ms(row["paper_v100_ms"])
+            if row["paper_v100_ms"]
+            else "-"
+        )
+        rows.append(
+            [
+                label,
+                format_ms(row["ap_ms"]),
+                format_ms(row["recall_ms"]),
+                format_ms(row["sort_ms"]),
+                f"{row['ap_ms'] / row['sort_ms']:.2f}",
+                paper,
+                format_gib(row["peak_gib"]),
+            ]
+        )
+    return section_table(
+        "Rank losses, forward + backward (one row, 1 relevant in 100)",
+        ["length", "AP loss", "recall loss (log)", "one float32 sort", "AP / sort", "paper V100 (AP)", "peak memory"],
+        "rrrrrrr",
+        rows,
+    )

@@ -63,9 +63,12 @@ def run(device: torch.device, sizes: Sizes) -> dict:
         # The recall loss at the retrieval rows' margin and lambda (0.02, 4): at make bench's 0.1 and 0.5
         # its gradient on these rows is 0 everywhere, and comparing zeros would prove nothing.
         for name, loss_fn in (("ap", APLoss(MARGIN, LAM)), ("recall", RecallLoss(0.02, 4.0, weighting="log"))):
-            (value_cpu, grad_cpu), incoming_cpu = _with_incoming_gradient(lambda: loss_fwd_bwd(loss_fn, scores, relevant), relevant)
+            (value_cpu, grad_cpu), incoming_cpu = _with_incoming_gradient(
+                lambda: loss_fwd_bwd(loss_fn, scores, relevant), relevant
+            )
             (value_dev, grad_dev), incoming_dev = _with_incoming_gradient(
-                lambda: loss_fwd_bwd(loss_fn, scores.to(device), relevant.to(device)), relevant)
+                lambda: loss_fwd_bwd(loss_fn, scores.to(device), relevant.to(device)), relevant
+            )
             case[f"{name}_gradient_equal"] = torch.equal(grad_cpu, grad_dev.cpu())
             case[f"{name}_gradient_entries_differing"] = int((grad_cpu != grad_dev.cpu()).sum())
             case[f"{name}_gradient_entries_nonzero"] = int((grad_cpu != 0).sum())  # 0: the comparison proves nothing
@@ -81,8 +84,31 @@ def markdown(result: dict, report: dict) -> list[str]:
     """One row per case: tied items, ranks and both gradients equal, and how many gradient entries are not 0."""
     if not result.get("cases"):
         return []
-    rows = [[c["case"], c["shape"], c["ties"], c["ranks_equal"], c["ap_gradient_equal"], c.get("ap_gradient_entries_nonzero", "-"),
-             c["recall_gradient_equal"], c.get("recall_gradient_entries_nonzero", "-")] for c in result["cases"]]  # fmt: skip
-    return section_table(f"Ranks and gradients, {result['compared']}, tied input",
-                         ["case", "shape", "tied items", "ranks equal", "AP gradient equal", "AP entries != 0",
-                          "recall gradient equal", "recall entries != 0"], "llrllrlr", rows)  # fmt: skip
+    rows = [
+        [
+            c["case"],
+            c["shape"],
+            c["ties"],
+            c["ranks_equal"],
+            c["ap_gradient_equal"],
+            c.get("ap_gradient_entries_nonzero", "-"),
+            c["recall_gradient_equal"],
+            c.get("recall_gradient_entries_nonzero", "-"),
+        ]
+        for c in result["cases"]
+    ]
+    return section_table(
+        f"Ranks and gradients, {result['compared']}, tied input",
+        [
+            "case",
+            "shape",
+            "tied items",
+            "ranks equal",
+            "AP gradient equal",
+            "AP entries != 0",
+            "recall gradient equal",
+            "recall entries != 0",
+        ],
+        "llrllrlr",
+        rows,
+    )

@@ -20,7 +20,10 @@ def _torch_recall_at_k(embeddings: torch.Tensor, labels: torch.Tensor, ks: list[
     hits = torch.zeros(len(ks), device=embeddings.device)
     for start in range(0, unit.shape[0], rows):
         block = unit[start : start + rows] @ unit.T
-        block[torch.arange(block.shape[0], device=block.device), torch.arange(start, start + block.shape[0], device=block.device)] = -float("inf")
+        block[
+            torch.arange(block.shape[0], device=block.device),
+            torch.arange(start, start + block.shape[0], device=block.device),
+        ] = -float("inf")
         neighbours = block.topk(k_max, dim=1).indices
         same = labels[neighbours] == labels[start : start + rows, None]
         for i, k in enumerate(ks):
@@ -36,7 +39,9 @@ def run(device: torch.device, sizes: Sizes) -> dict:
     n, dim, ks = sizes.eval["n"], sizes.eval["dim"], [1, 10, 100, 1000]
     generator = torch.Generator().manual_seed(0)
     embeddings = torch.nn.functional.normalize(torch.randn(n, dim, generator=generator, device="cpu"), dim=1)
-    labels = torch.randperm(n, generator=generator, device="cpu") % max(1, n // 5)  # ~5 images per class, as SOP's test split
+    labels = torch.randperm(n, generator=generator, device="cpu") % max(
+        1, n // 5
+    )  # ~5 images per class, as SOP's test split
     started = time.perf_counter()
     ours = recall_at_k(embeddings, labels, ks)
     faiss_seconds = time.perf_counter() - started
@@ -51,12 +56,25 @@ def run(device: torch.device, sizes: Sizes) -> dict:
     started = time.perf_counter()
     project_torch = retrieval_metrics(embeddings, labels, ks, device=device, backend="torch")
     project_torch_seconds = time.perf_counter() - started
-    agree = all(abs(ours[k] - torch_recall[k]) <= 1.0 / n + 1e-9 and abs(ours[k] - project_torch[f"R@{k}"]) <= 1.0 / n + 1e-9
-                for k in ks)  # fmt: skip
-    return {"n": n, "dim": dim, "ks": ks, "faiss_gpus": int(faiss.get_num_gpus()), "faiss_threads": int(faiss.omp_get_max_threads()),
-            "faiss_seconds": faiss_seconds, "torch_device_seconds": torch_seconds, "recall": {str(k): ours[k] for k in ks},
-            "torch_recall": {str(k): torch_recall[k] for k in ks}, "project_torch_seconds": project_torch_seconds,
-            "search_chosen_on_this_device": search_backend(device), "agree": agree, "ok": agree}  # fmt: skip
+    agree = all(
+        abs(ours[k] - torch_recall[k]) <= 1.0 / n + 1e-9 and abs(ours[k] - project_torch[f"R@{k}"]) <= 1.0 / n + 1e-9
+        for k in ks
+    )
+    return {
+        "n": n,
+        "dim": dim,
+        "ks": ks,
+        "faiss_gpus": int(faiss.get_num_gpus()),
+        "faiss_threads": int(faiss.omp_get_max_threads()),
+        "faiss_seconds": faiss_seconds,
+        "torch_device_seconds": torch_seconds,
+        "recall": {str(k): ours[k] for k in ks},
+        "torch_recall": {str(k): torch_recall[k] for k in ks},
+        "project_torch_seconds": project_torch_seconds,
+        "search_chosen_on_this_device": search_backend(device),
+        "agree": agree,
+        "ok": agree,
+    }
 
 
 def markdown(result: dict, report: dict) -> list[str]:
@@ -64,11 +82,15 @@ def markdown(result: dict, report: dict) -> list[str]:
     if "faiss_seconds" not in result:
         return []
     device = report["meta"]["device"]
-    return [f"## Recall@K at {result['n']:,} x {result['dim']}", "",
-            f"- the project's evaluation (faiss, {result['faiss_gpus']} GPU(s) seen by faiss, "
-            f"{result['faiss_threads']} threads): {result['faiss_seconds']:.2f} s",
-            f"- exact top-k in torch on `{device}`: {result['torch_device_seconds']:.2f} s",
-            f"- the project's torch search (`rambo.retrieval.evaluate`, backend torch, with the copies to the device): "
-            f"{result.get('project_torch_seconds', float('nan')):.2f} s; evaluation on this device picks "
-            f"{result.get('search_chosen_on_this_device', '-')}",
-            f"- Recall@K {result['recall']}; both agree: {result['agree']}", ""]  # fmt: skip
+    return [
+        f"## Recall@K at {result['n']:,} x {result['dim']}",
+        "",
+        f"- the project's evaluation (faiss, {result['faiss_gpus']} GPU(s) seen by faiss, "
+        f"{result['faiss_threads']} threads): {result['faiss_seconds']:.2f} s",
+        f"- exact top-k in torch on `{device}`: {result['torch_device_seconds']:.2f} s",
+        f"- the project's torch search (`rambo.retrieval.evaluate`, backend torch, with the copies to the device): "
+        f"{result.get('project_torch_seconds', float('nan')):.2f} s; evaluation on this device picks "
+        f"{result.get('search_chosen_on_this_device', '-')}",
+        f"- Recall@K {result['recall']}; both agree: {result['agree']}",
+        "",
+    ]

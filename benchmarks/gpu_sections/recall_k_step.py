@@ -12,8 +12,9 @@ from .training_steps import retrieval_steps, steps_markdown
 def run(device: torch.device, sizes: Sizes) -> dict:
     """The Recall@k rows' training step at their batch, in two passes of ``sizes.recall_k["chunk"]`` images."""
     s = sizes.recall_k
-    return retrieval_steps(device, ["experiment=sop_recallk_simix", "profile=paper"], s["batch"], s["image_size"],
-                           s["steps"], s["chunk"])  # fmt: skip
+    return retrieval_steps(
+        device, ["experiment=sop_recallk_simix", "profile=paper"], s["batch"], s["image_size"], s["steps"], s["chunk"]
+    )
 
 
 def markdown(result: dict, report: dict) -> list[str]:

@@ -15,8 +15,10 @@ def run(device: torch.device, sizes: Sizes) -> dict:
     item 5: options of the apps, off in the paper profile)."""
     s = sizes.retrieval
     paper = ["experiment=sop_log", "profile=paper"]
-    runs = [retrieval_steps(device, overrides, s["batch"], s["image_size"], s["steps"], None)
-            for overrides in (paper, [*paper, "precision=bfloat16", "channels_last=true"])]  # fmt: skip
+    runs = [
+        retrieval_steps(device, overrides, s["batch"], s["image_size"], s["steps"], None)
+        for overrides in (paper, [*paper, "precision=bfloat16", "channels_last=true"])
+    ]
     return {**runs[0], "runs": runs, "bf16_speed_up": runs[0]["seconds_per_step"] / runs[1]["seconds_per_step"]}
 
 

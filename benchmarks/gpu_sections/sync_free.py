@@ -48,7 +48,9 @@ def run(device: torch.device, sizes: Sizes) -> dict:
     rois = 256 if sizes.toy else 4_096
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(rois, 21, generator=generator).to(device)
-    labels = (torch.randint(0, 21, (rois,), generator=generator) * (torch.rand(rois, generator=generator) < 0.25)).to(device)
+    labels = (torch.randint(0, 21, (rois,), generator=generator) * (torch.rand(rois, generator=generator) < 0.25)).to(
+        device
+    )
     items = torch.randn(rois, 20, generator=generator).to(device)
     item_labels = torch.rand(rois, 20, generator=generator).to(device) < 0.05
     row, relevant = random_row(n, device)
@@ -76,10 +78,23 @@ def run(device: torch.device, sizes: Sizes) -> dict:
             compile_s = time.perf_counter() - started
             compiled_ms = median_ms(lambda: loss_fwd_bwd(compiled, scores, target), device, sizes.repeats)
             same = torch.equal(loss_fwd_bwd(compiled, scores, target)[1], loss_fwd_bwd(loss_fn, scores, target)[1])
-            rows.append({"loss": name, "path": path, **syncs, "eager_ms": eager_ms, "compiled_ms": compiled_ms,
-                         "backend": backend, "compile_seconds": compile_s, "compiled_gradient_equal": same})  # fmt: skip
-            print(f"  {name}: {syncs['dispatched']} syncs dispatched, CUDA reported {syncs['cuda_reported']}; eager {eager_ms:.2f} ms, "
-                  f"compiled {compiled_ms:.2f} ms ({backend}), same gradient {same}", flush=True)  # fmt: skip
+            rows.append(
+                {
+                    "loss": name,
+                    "path": path,
+                    **syncs,
+                    "eager_ms": eager_ms,
+                    "compiled_ms": compiled_ms,
+                    "backend": backend,
+                    "compile_seconds": compile_s,
+                    "compiled_gradient_equal": same,
+                }
+            )
+            print(
+                f"  {name}: {syncs['dispatched']} syncs dispatched, CUDA reported {syncs['cuda_reported']}; eager {eager_ms:.2f} ms, "
+                f"compiled {compiled_ms:.2f} ms ({backend}), same gradient {same}",
+                flush=True,
+            )
     return {"rows": rows, "ok": all(r["compiled_gradient_equal"] for r in rows)}
 
 
@@ -87,9 +102,31 @@ def markdown(result: dict, report: dict) -> list[str]:
     """One row per loss: both sync counts, eager and compiled time, the compiled gradient's equality."""
     if not result.get("rows"):
         return []
-    rows = [[r["loss"], r["path"], r["dispatched"], "-" if r["cuda_reported"] is None else r["cuda_reported"],
-             format_ms(r["eager_ms"]), format_ms(r["compiled_ms"]), r["backend"], r["compiled_gradient_equal"]]
-            for r in result["rows"]]  # fmt: skip
-    return section_table("Host syncs per loss call and torch.compile (forward + backward)",
-                         ["loss", "path", "syncs (dispatched)", "syncs (CUDA reported)", "eager", "compiled", "backend",
-                          "compiled gradient equal"], "llrrrrll", rows)  # fmt: skip
+    rows = [
+        [
+            r["loss"],
+            r["path"],
+            r["dispatched"],
+            "-" if r["cuda_reported"] is None else r["cuda_reported"],
+            format_ms(r["eager_ms"]),
+            format_ms(r["compiled_ms"]),
+            r["backend"],
+            r["compiled_gradient_equal"],
+        ]
+        for r in result["rows"]
+    ]
+    return section_table(
+        "Host syncs per loss call and torch.compile (forward + backward)",
+        [
+            "loss",
+            "path",
+            "syncs (dispatched)",
+            "syncs (CUDA reported)",
+            "eager",
+            "compiled",
+            "backend",
+            "compiled gradient equal",
+        ],
+        "llrrrrll",
+        rows,
+    )

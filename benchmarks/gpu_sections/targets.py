@@ -20,15 +20,31 @@ def targets(report: dict) -> list[list]:
     modes = {r["n"]: r for r in status.get("cuda_graphs", {}).get("lengths", [])}
     for n, limit in ((10**5, 0.3), (10**6, 1.0)):
         if n in by_n:
-            rows.append([f"AP loss fwd+bwd <= {limit} ms at {n:.0e}", format_ms(by_n[n]["ap_ms"]) + " eager", by_n[n]["ap_ms"] <= limit])
+            rows.append(
+                [
+                    f"AP loss fwd+bwd <= {limit} ms at {n:.0e}",
+                    format_ms(by_n[n]["ap_ms"]) + " eager",
+                    by_n[n]["ap_ms"] <= limit,
+                ]
+            )
         if n in modes:
             best = min(modes[n]["compiled_ms"], modes[n]["graph_ms"])
-            rows.append([f"AP loss fwd+bwd <= {limit} ms at {n:.0e}, compiled or CUDA graph", format_ms(best), best <= limit])
+            rows.append(
+                [f"AP loss fwd+bwd <= {limit} ms at {n:.0e}, compiled or CUDA graph", format_ms(best), best <= limit]
+            )
     if 10**8 in by_n and by_n[10**8]["peak_gib"] is not None:
-        rows.append(["peak memory <= 4.6 GiB at 1e8", format_gib(by_n[10**8]["peak_gib"]), by_n[10**8]["peak_gib"] <= 4.6])
+        rows.append(
+            ["peak memory <= 4.6 GiB at 1e8", format_gib(by_n[10**8]["peak_gib"]), by_n[10**8]["peak_gib"] <= 4.6]
+        )
     detection = status.get("detection_step", {})
     if detection.get("runs"):
-        rows.append(["detection RoI loss <= 1 ms", format_ms(detection["classifier_loss"]["ms"]), detection["classifier_loss"]["ms"] <= 1.0])
+        rows.append(
+            [
+                "detection RoI loss <= 1 ms",
+                format_ms(detection["classifier_loss"]["ms"]),
+                detection["classifier_loss"]["ms"] <= 1.0,
+            ]
+        )
         rambo, ce = (r["seconds_per_step"] for r in detection["runs"])
         rows.append(["RaMBO detection step within 5% of CE", f"{rambo / ce:.3f} x CE", rambo <= 1.05 * ce])
     return rows

@@ -115,8 +115,9 @@ def smooth_ranks(y, rel, tau, valid=None):
     return out
 
 
-def recall_at_k_surrogate_row(y, rel, ks=(1, 2, 4, 8, 16), tau1=0.01, tau2=1.0, valid=None,
-                              clip_numerator=True) -> float:
+def recall_at_k_surrogate_row(
+    y, rel, ks=(1, 2, 4, 8, 16), tau1=0.01, tau2=1.0, valid=None, clip_numerator=True
+) -> float:
     """``1 - mean_k min(sum_{positives} sigmoid((k - r~) / tau2_k), k) / min(k, |P|)`` (no min: unclipped)."""
     sr = smooth_ranks(y, rel, tau1, valid)
     p = len(sr)

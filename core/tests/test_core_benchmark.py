@@ -20,8 +20,20 @@ def test_reference_loss_matches_ours_on_several_rows():
 
 
 def test_benchmark_writes_json_and_markdown(tmp_path):
-    rows = benchmark.main(["--sizes", "1000", "--repeats", "1", "--check-size", "1000",
-                           "--out", str(tmp_path / "b.json"), "--markdown", str(tmp_path / "b.md")])
+    rows = benchmark.main(
+        [
+            "--sizes",
+            "1000",
+            "--repeats",
+            "1",
+            "--check-size",
+            "1000",
+            "--out",
+            str(tmp_path / "b.json"),
+            "--markdown",
+            str(tmp_path / "b.md"),
+        ]
+    )
     data = json.loads((tmp_path / "b.json").read_text())
     assert data["rows"][0]["n"] == 1000 and data["rows"][0]["ours_ms"] > 0
     assert data["rows"] == rows

@@ -13,8 +13,10 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 # inductor's CPU code generation does not build under torch's portable kernels (torch 2.14 with
 # ATEN_CPU_CAPABILITY=default: "at::vec has not been declared" in the generated C++); eager and
 # aot_eager run there.
-needs_inductor = pytest.mark.skipif(os.environ.get("ATEN_CPU_CAPABILITY") == "default",
-                                    reason="inductor's C++ does not build with ATEN_CPU_CAPABILITY=default")
+needs_inductor = pytest.mark.skipif(
+    os.environ.get("ATEN_CPU_CAPABILITY") == "default",
+    reason="inductor's C++ does not build with ATEN_CPU_CAPABILITY=default",
+)
 INDUCTOR = pytest.param("inductor", marks=needs_inductor)
 
 
@@ -160,7 +162,9 @@ def test_the_embedding_memory_compiles_as_one_graph_per_memory_size(backend):
     its scores is exact, the cosine scores are inductor's normalise and matmul (the last bit may
     differ from eager's)."""
     steps = [(torch.randn(16, 8, device="cpu"), torch.randint(0, 4, (16,), device="cpu")) for _ in range(5)]
-    explained = torch._dynamo.explain(EmbeddingMemory(RecallLoss(0.02, 4.0), 3))(steps[0][0].requires_grad_(True), steps[0][1])
+    explained = torch._dynamo.explain(EmbeddingMemory(RecallLoss(0.02, 4.0), 3))(
+        steps[0][0].requires_grad_(True), steps[0][1]
+    )
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
     eager, compiled = EmbeddingMemory(RecallLoss(0.02, 4.0), 3), EmbeddingMemory(RecallLoss(0.02, 4.0), 3)
     run = fresh_compile(compiled, backend=backend, fullgraph=True)

@@ -102,7 +102,9 @@ def losses_and_gradients(make_loss, embeddings, labels, remembered, tau, dtype):
     return value.detach(), leaf.grad
 
 
-@pytest.mark.parametrize("make_loss", [lambda: RecallLoss(margin=0.05), lambda: RecallLoss(weighting="loglog"), lambda: APLoss(0.1)])
+@pytest.mark.parametrize(
+    "make_loss", [lambda: RecallLoss(margin=0.05), lambda: RecallLoss(weighting="loglog"), lambda: APLoss(0.1)]
+)
 @pytest.mark.parametrize("tau", [0, 3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("ties", [False, True])

@@ -46,7 +46,9 @@ def test_simix_mixes_must_be_a_count(mixes):
         SiMix(RecallAtKSurrogate(), mixes=mixes)
 
 
-@pytest.mark.parametrize("make", [lambda v: RecallLoss(margin=v), lambda v: APLoss(margin=v), lambda v: MAPLoss(margin=v)])
+@pytest.mark.parametrize(
+    "make", [lambda v: RecallLoss(margin=v), lambda v: APLoss(margin=v), lambda v: MAPLoss(margin=v)]
+)
 @pytest.mark.parametrize("value", ["0.1", None, [0.1], True])
 def test_a_non_numeric_margin_is_named(make, value):
     with pytest.raises(ValueError, match="margin must be a number"):

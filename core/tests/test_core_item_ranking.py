@@ -51,7 +51,9 @@ def test_equals_dense_alg1_under_massive_ties_and_both_zeros(shape, seed):
     """Integer scores (a few distinct values) and -0.0/+0.0: ties are broken by position in both."""
     generator = torch.Generator(device="cpu").manual_seed(seed)
     scores = torch.randint(-3, 4, shape, generator=generator, device="cpu").float()
-    scores[scores == 0] = torch.where(torch.rand(int((scores == 0).sum()), generator=generator, device="cpu") < 0.5, -0.0, 0.0)
+    scores[scores == 0] = torch.where(
+        torch.rand(int((scores == 0).sum()), generator=generator, device="cpu") < 0.5, -0.0, 0.0
+    )
     relevant = torch.rand(shape, generator=generator, device="cpu") < 0.2
     relevant[:, 0] = True
     # small lambda: moves inside a run of equal scores; large: across runs

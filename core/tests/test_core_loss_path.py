@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 
+import core_brute_force as brute
 import pytest
 import torch
 
-import core_brute_force as brute
 from rambo.core import APCLoss, APLoss, EmbeddingMemory, MAPLoss, RecallLoss, RowMemory, ScoreMemory
 from rambo.core.host_syncs import count_host_syncs
 from rambo.core.loss_path import loss_path, loss_path_settings, set_loss_path, use_dense

@@ -1,7 +1,7 @@
+import core_brute_force as bf
 import pytest
 import torch
 
-import core_brute_force as bf
 from rambo.core import metrics
 
 
@@ -23,7 +23,9 @@ def brute_mean(fn, scores, relevant, **kw):
 def test_metrics_match_their_definitions(ties, shape, dtype):
     scores, relevant = random_case(*shape, ties)
     scores = scores.to(dtype)
-    assert metrics.average_precision(scores, relevant) == pytest.approx(brute_mean(bf.average_precision, scores, relevant))
+    assert metrics.average_precision(scores, relevant) == pytest.approx(
+        brute_mean(bf.average_precision, scores, relevant)
+    )
     assert metrics.map_at_r(scores, relevant) == pytest.approx(brute_mean(bf.map_at_r, scores, relevant))
     assert metrics.r_precision(scores, relevant) == pytest.approx(brute_mean(bf.r_precision, scores, relevant))
     ks = (1, 2, 4, 100)

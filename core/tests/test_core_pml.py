@@ -95,8 +95,12 @@ def test_query_never_counts_itself():
     loss = RaMBOAPLoss(0.0, 0.5)
     for value in (
         loss(embeddings, labels),
-        loss(embeddings, labels, ref_emb=torch.cat([embeddings.detach(), torch.randn(3, 4)]),
-             ref_labels=torch.tensor([0, 1, 2, 3, 4, 5, 10, 11, 12])),
+        loss(
+            embeddings,
+            labels,
+            ref_emb=torch.cat([embeddings.detach(), torch.randn(3, 4)]),
+            ref_labels=torch.tensor([0, 1, 2, 3, 4, 5, 10, 11, 12]),
+        ),
         CrossBatchMemory(loss, embedding_size=4, memory_size=12)(embeddings, labels),
     ):
         value.backward()
@@ -181,29 +185,39 @@ def test_mean_reducers_and_per_query_losses():
     ours = value_and_grad(
         lambda e: RaMBORecallLoss(0.0, 4.0, reducer=reducers.AvgNonZeroReducer())(e, labels), embeddings
     )
-    theirs = value_and_grad(lambda e: RecallLoss(0.0, 4.0)(*(x[nonzero] for x in pairwise_scores(e, labels))), embeddings)
+    theirs = value_and_grad(
+        lambda e: RecallLoss(0.0, 4.0)(*(x[nonzero] for x in pairwise_scores(e, labels))), embeddings
+    )
     assert_same(ours, theirs)
 
 
-@pytest.mark.parametrize("distance", [
-    distances.LpDistance(),
-    distances.LpDistance(normalize_embeddings=False),
-    distances.DotProductSimilarity(normalize_embeddings=False),
-    distances.CosineSimilarity(power=2),
-    distances.SNRDistance(),
-], ids=["lp", "lp-raw", "dot-raw", "cosine-squared", "snr"])
+@pytest.mark.parametrize(
+    "distance",
+    [
+        distances.LpDistance(),
+        distances.LpDistance(normalize_embeddings=False),
+        distances.DotProductSimilarity(normalize_embeddings=False),
+        distances.CosineSimilarity(power=2),
+        distances.SNRDistance(),
+    ],
+    ids=["lp", "lp-raw", "dot-raw", "cosine-squared", "snr"],
+)
 def test_other_distances_are_refused(distance):
     """Only cosine similarity: the margin and lambda are in units of scores in [-1, 1]."""
     with pytest.raises(ValueError, match="cosine similarity"):
         RaMBORecallLoss(distance=distance)
 
 
-@pytest.mark.parametrize("reducer", [
-    reducers.SumReducer(),
-    reducers.ClassWeightedReducer(torch.ones(3)),
-    reducers.DivisorReducer(),
-    reducers.PerAnchorReducer(reducers.SumReducer()),
-], ids=["sum", "class-weighted", "divisor", "per-anchor-sum"])
+@pytest.mark.parametrize(
+    "reducer",
+    [
+        reducers.SumReducer(),
+        reducers.ClassWeightedReducer(torch.ones(3)),
+        reducers.DivisorReducer(),
+        reducers.PerAnchorReducer(reducers.SumReducer()),
+    ],
+    ids=["sum", "class-weighted", "divisor", "per-anchor-sum"],
+)
 def test_weighting_reducers_are_refused(reducer):
     """A weight on a rank loss's value changes its lambda: only means over queries are accepted."""
     with pytest.raises(ValueError, match="changes lambda"):

@@ -1,9 +1,9 @@
 """APLoss (Eq. 21-22), RecallLoss (Eq. 16-20), MAPLoss (Eq. 6), APCLoss (Eq. 23) against brute force."""
 
+import core_brute_force as bf
 import pytest
 import torch
 
-import core_brute_force as bf
 from rambo.core import APCLoss, APLoss, MAPLoss, RecallLoss
 from rambo.core.metrics import average_precision
 
@@ -22,7 +22,11 @@ def losses():
     return {
         "ap": (lambda m: APLoss(margin=m, lam=0.5), bf.ap_row, {}),
         "recall_log": (lambda m: RecallLoss(margin=m, lam=4.0), bf.recall_row, {"weighting": "log"}),
-        "recall_loglog": (lambda m: RecallLoss(margin=m, lam=4.0, weighting="loglog"), bf.recall_row, {"weighting": "loglog"}),
+        "recall_loglog": (
+            lambda m: RecallLoss(margin=m, lam=4.0, weighting="loglog"),
+            bf.recall_row,
+            {"weighting": "loglog"},
+        ),
     }
 
 
@@ -110,8 +114,11 @@ def test_zero_gradient_when_the_ranking_is_already_perfect(name):
 def test_gradient_steps_raise_the_true_metric(name, lam):
     """With Table 9's lambdas, plain gradient steps on the raw scores improve the exact metric."""
     torch.manual_seed(1)
-    make = {"ap": lambda: APLoss(0.02, lam), "recall_log": lambda: RecallLoss(0.02, lam),
-            "recall_loglog": lambda: RecallLoss(0.02, lam, "loglog")}[name]
+    make = {
+        "ap": lambda: APLoss(0.02, lam),
+        "recall_log": lambda: RecallLoss(0.02, lam),
+        "recall_loglog": lambda: RecallLoss(0.02, lam, "loglog"),
+    }[name]
     loss = make()
     scores = (0.1 * torch.randn(8, 100)).requires_grad_(True)  # the spread of cosine scores
     relevant = torch.rand(8, 100) < 0.05

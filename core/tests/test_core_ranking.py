@@ -1,7 +1,7 @@
+import core_brute_force as bf
 import pytest
 import torch
 
-import core_brute_force as bf
 from rambo.core import exact_rank, rank, rank_within_relevant
 from rambo.core.ranking import descending_order
 
@@ -123,8 +123,16 @@ def test_cpu_and_gpu_break_ties_identically():
         assert torch.equal(exact_rank(rows), exact_rank(rows.cuda()).cpu())
 
 
-@pytest.mark.parametrize("shape, dtype", [((1, 500), torch.float32), ((4, 300), torch.float32), ((1, 400), torch.float64),
-                                          ((3, 200), torch.float64), ((2, 100), torch.float16)])  # fmt: skip
+@pytest.mark.parametrize(
+    "shape, dtype",
+    [
+        ((1, 500), torch.float32),
+        ((4, 300), torch.float32),
+        ((1, 400), torch.float64),
+        ((3, 200), torch.float64),
+        ((2, 100), torch.float16),
+    ],
+)
 def test_ranking_a_buffer_the_caller_gives_up_gives_the_same_ranks_and_leaves_other_input_alone(shape, dtype):
     """Issue 23 item 6: the backward builds its sort keys in the perturbed scores it owns
     (``owned=True``, no copy); without ``owned`` the input is never written."""

@@ -1,9 +1,9 @@
 """Score memory (Sec. 4.3): extends the ranking, not the queries; gradients reach the current batch only."""
 
+import core_brute_force as bf
 import pytest
 import torch
 
-import core_brute_force as bf
 from rambo.core import APLoss, EmbeddingMemory, MAPLoss, RecallLoss, RowMemory, ScoreMemory, pairwise_scores
 
 
@@ -20,7 +20,9 @@ class ShapeSpy(torch.nn.Module):
         return scores.sum()
 
 
-@pytest.mark.parametrize("ranked_dim, shape, grown", [(-1, (4, 6), lambda k: (4, 6 * k)), (0, (6, 3), lambda k: (6 * k, 3))])
+@pytest.mark.parametrize(
+    "ranked_dim, shape, grown", [(-1, (4, 6), lambda k: (4, 6 * k)), (0, (6, 3), lambda k: (6 * k, 3))]
+)
 def test_memory_extends_the_ranked_dimension_not_the_queries(ranked_dim, shape, grown):
     spy = ShapeSpy(ranked_dim)
     memory = ScoreMemory(spy, tau=2)
@@ -103,7 +105,9 @@ def test_embedding_memory_scores_queries_against_batch_and_memory():
     for q in range(6):
         others = [j for j in range(6) if j != q]
         expected = [float(unit[q] @ unit[j]) for j in others] + [float(unit[q] @ unit_old[j]) for j in range(6)]
-        expected_rel = [bool(labels[q] == labels[j]) for j in others] + [bool(labels[q] == old_labels[j]) for j in range(6)]
+        expected_rel = [bool(labels[q] == labels[j]) for j in others] + [
+            bool(labels[q] == old_labels[j]) for j in range(6)
+        ]
         assert torch.allclose(scores[q].detach(), torch.tensor(expected), atol=1e-6)
         assert relevant[q].tolist() == expected_rel
     value = memory(embeddings, labels)
@@ -157,7 +161,6 @@ def test_row_memory_without_memory_is_the_recall_loss_and_refuses_other_losses()
         RowMemory(APLoss(), tau=1)
 
 
-
 def _reference_inputs(kind, window, scores, relevant):
     """What the wrapped loss receives, built from a list of the last batches (the deque the memory
     replaced): the current batch first, then the remembered ones, oldest first."""
@@ -171,8 +174,10 @@ def _reference_inputs(kind, window, scores, relevant):
     memory = torch.cat([torch.nn.functional.normalize(e, dim=1) for e, _ in window])
     memory_labels = torch.cat([l for _, l in window])
     unit = torch.nn.functional.normalize(embeddings, dim=1)
-    return (torch.cat([batch_scores, unit @ memory.T], 1),
-            torch.cat([batch_relevant, labels[:, None] == memory_labels[None]], 1))
+    return (
+        torch.cat([batch_scores, unit @ memory.T], 1),
+        torch.cat([batch_relevant, labels[:, None] == memory_labels[None]], 1),
+    )
 
 
 @pytest.mark.parametrize("kind", ["items", "rows", "embeddings"])
@@ -183,14 +188,18 @@ def test_a_full_memory_is_shifted_in_place_and_gives_the_losses_of_a_list_of_bat
     tau, generator = 3, torch.Generator().manual_seed(4)
     if kind == "embeddings":
         memory, loss = EmbeddingMemory(RecallLoss(0.02, 4.0), tau), RecallLoss(0.02, 4.0)
-        batches = [(torch.randn(8, 5, generator=generator), torch.randint(0, 3, (8,), generator=generator)) for _ in range(8)]
+        batches = [
+            (torch.randn(8, 5, generator=generator), torch.randint(0, 3, (8,), generator=generator)) for _ in range(8)
+        ]
     else:
         loss = MAPLoss(0.15, 5.0) if kind == "items" else APLoss(0.1, 0.5)
         memory = ScoreMemory(loss, tau)
         shape = (6, 3) if kind == "items" else (3, 6)
         # few distinct values: ties between the current batch and the memory
-        batches = [(torch.randint(-3, 3, shape, generator=generator).float(), torch.rand(shape, generator=generator) < 0.4)
-                   for _ in range(8)]  # fmt: skip
+        batches = [
+            (torch.randint(-3, 3, shape, generator=generator).float(), torch.rand(shape, generator=generator) < 0.4)
+            for _ in range(8)
+        ]
     window, addresses = [], []
     for step, (scores, relevant) in enumerate(batches):
         leaf = scores.clone().requires_grad_(True)
@@ -217,7 +226,7 @@ def test_a_batch_of_another_size_rebuilds_the_memory_in_the_same_order():
     for scores in batches:
         memory(scores, scores > 100)
     for step, got in enumerate(received):
-        expected = torch.cat([batches[step]] + batches[max(0, step - 2):step])
+        expected = torch.cat([batches[step]] + batches[max(0, step - 2) : step])
         assert torch.equal(got, expected), step
 
 

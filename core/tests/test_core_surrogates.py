@@ -1,9 +1,9 @@
 """Recall@k surrogate, SiMix, FastAP and Smooth-AP against loops over their definitions."""
 
+import core_brute_force as bf
 import pytest
 import torch
 
-import core_brute_force as bf
 from rambo.core import FastAPLoss, RecallAtKSurrogate, SiMix, SmoothAPLoss, pairwise_scores
 from rambo.core.sigmoid_rank import sigmoid_ranks_of_relevant
 
@@ -24,10 +24,16 @@ def with_relevant(shape, fraction=0.3):
 
 CASES = {
     "recall@k": (lambda: RecallAtKSurrogate(), bf.recall_at_k_surrogate_row, {}),
-    "recall@k small tau": (lambda: RecallAtKSurrogate(ks=(1, 3), tau1=0.1, tau2=0.5), bf.recall_at_k_surrogate_row,
-                           {"ks": (1, 3), "tau1": 0.1, "tau2": 0.5}),
-    "recall@k tau2 per k": (lambda: RecallAtKSurrogate(ks=(1, 2, 4), tau2=(1, 2, 4)), bf.recall_at_k_surrogate_row,
-                            {"ks": (1, 2, 4), "tau2": (1, 2, 4)}),
+    "recall@k small tau": (
+        lambda: RecallAtKSurrogate(ks=(1, 3), tau1=0.1, tau2=0.5),
+        bf.recall_at_k_surrogate_row,
+        {"ks": (1, 3), "tau1": 0.1, "tau2": 0.5},
+    ),
+    "recall@k tau2 per k": (
+        lambda: RecallAtKSurrogate(ks=(1, 2, 4), tau2=(1, 2, 4)),
+        bf.recall_at_k_surrogate_row,
+        {"ks": (1, 2, 4), "tau2": (1, 2, 4)},
+    ),
     "smooth-ap": (lambda: SmoothAPLoss(0.05), bf.smooth_ap_row, {"tau": 0.05}),
     "fast-ap": (lambda: FastAPLoss(10), bf.fast_ap_row, {}),
     "fast-ap 4 bins": (lambda: FastAPLoss(4, (-2.0, 1.0)), bf.fast_ap_row, {"bins": 4, "lo": -2.0, "hi": 1.0}),
@@ -214,8 +220,14 @@ def test_recall_at_k_numerator_clip_matches_brute_force(positives_per_row, activ
     assert clip_is_active(scores, relevant, PAPER_KS, PAPER_KS) == active
     values = {}
     for clip in (True, False):
-        expected = bf.mean_over_rows(bf.recall_at_k_surrogate_row, scores.tolist(), relevant.tolist(),
-                                     ks=PAPER_KS, tau2=PAPER_KS, clip_numerator=clip)
+        expected = bf.mean_over_rows(
+            bf.recall_at_k_surrogate_row,
+            scores.tolist(),
+            relevant.tolist(),
+            ks=PAPER_KS,
+            tau2=PAPER_KS,
+            clip_numerator=clip,
+        )
         values[clip] = RecallAtKSurrogate(PAPER_KS, 0.01, PAPER_KS, clip_numerator=clip)(scores, relevant).item()
         assert values[clip] == pytest.approx(expected, rel=1e-9, abs=1e-12)
     if active:
@@ -243,6 +255,7 @@ def test_a_clipped_recall_term_passes_no_gradient():
 
 
 # ---------------------------------------------------------------- SiMix: every same-class pair once (official)
+
 
 def brute_force_simix_pairs(labels):
     """Loops over the classes and over each class's pairs of members, each pair once."""
@@ -292,8 +305,9 @@ def test_simix_default_mixes_every_same_class_pair_once():
     mixed_sources = [tuple(c for c in range(b) if not valid[b + m, c]) for m in range(len(pairs))]
     assert sorted(mixed_sources) == sorted(pairs) and len(set(mixed_sources)) == len(pairs)
     # One weight per pair in [0, 1), the generator's draws, pairs in (a, b) order.
-    weights = torch.rand(len(pairs), generator=torch.Generator(torch.get_default_device()).manual_seed(seed),
-                         dtype=torch.float64).tolist()
+    weights = torch.rand(
+        len(pairs), generator=torch.Generator(torch.get_default_device()).manual_seed(seed), dtype=torch.float64
+    ).tolist()
     assert all(0 <= w < 1 for w in weights) and len(set(weights)) == len(weights)
     items = brute_force_simix_batch(embeddings.tolist(), labels, sorted(pairs), weights)
     assert mixed_sources == sorted(pairs)

@@ -182,9 +182,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for n in sizes:
         row = benchmark_size(n, device, args.repeats if n < 10**8 else 1, with_reference=n < 10**8)
         rows.append(row)
-        print(f"n={n:.0e}: ours {_fmt_ms(row['ours_ms'])}, reference {_fmt_ms(row.get('reference_ms'))}, "
-              f"sort {_fmt_ms(row['sort_ms'])}", flush=True)
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
+        print(
+            f"n={n:.0e}: ours {_fmt_ms(row['ours_ms'])}, reference {_fmt_ms(row.get('reference_ms'))}, "
+            f"sort {_fmt_ms(row['sort_ms'])}",
+            flush=True,
+        )
+    device_name = (
+        torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
+    )
     meta = {
         "repeats": args.repeats,
         "threads": args.threads,

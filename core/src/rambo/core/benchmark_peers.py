@@ -64,7 +64,9 @@ def make_batch(batch: int, generator: torch.Generator, device: torch.device) -> 
 class Peer:
     """One loss at one size: ``step(embeddings)`` runs forward and backward from a fresh leaf."""
 
-    def __init__(self, name: str, loss, labels: torch.Tensor, prepare: Callable[[], None] = lambda: None, cube: bool = False):
+    def __init__(
+        self, name: str, loss, labels: torch.Tensor, prepare: Callable[[], None] = lambda: None, cube: bool = False
+    ):
         self.name, self.loss, self.labels, self.prepare, self.cube = name, loss, labels, prepare, cube
 
     def step(self, embeddings: torch.Tensor) -> None:
@@ -111,7 +113,9 @@ def torchsort_status() -> str:
         return f"unavailable: {type(error).__name__}: {str(error).splitlines()[0][:160]}"
 
 
-def peers(batch: int, memory: bool, labels: torch.Tensor, remembered, device: torch.device, torchsort_ok: bool) -> list[Peer]:
+def peers(
+    batch: int, memory: bool, labels: torch.Tensor, remembered, device: torch.device, torchsort_ok: bool
+) -> list[Peer]:
     """The losses measured at one size, in the table's order (names without the memory's suffix)."""
     from pytorch_metric_learning import losses as pml_losses
 
@@ -120,8 +124,10 @@ def peers(batch: int, memory: bool, labels: torch.Tensor, remembered, device: to
     from .soft_rank_ap import SoftRankAPLoss
 
     made = []
-    for name, loss, memory_class in (("RaMBO recall", pml.RaMBORecallLoss(), pml.CrossBatchMemory),
-                                     ("RaMBO AP", pml.RaMBOAPLoss(), pml.CrossBatchMemory)):  # fmt: skip
+    for name, loss, memory_class in (
+        ("RaMBO recall", pml.RaMBORecallLoss(), pml.CrossBatchMemory),
+        ("RaMBO AP", pml.RaMBOAPLoss(), pml.CrossBatchMemory),
+    ):
         if memory:
             wrapped, prepare = _pml_memory(loss, remembered, batch, memory_class)
             made.append(Peer(name, wrapped, labels, prepare))
@@ -137,7 +143,10 @@ def peers(batch: int, memory: bool, labels: torch.Tensor, remembered, device: to
             made.append(Peer("torchsort AP", wrapped, labels, prepare))
         else:
             made.append(Peer("torchsort AP", EmbeddingMemory(soft, 0), labels))
-    for name, loss in (("MultiSimilarity", pml_losses.MultiSimilarityLoss()), ("Contrastive", pml_losses.ContrastiveLoss())):
+    for name, loss in (
+        ("MultiSimilarity", pml_losses.MultiSimilarityLoss()),
+        ("Contrastive", pml_losses.ContrastiveLoss()),
+    ):
         if memory:
             wrapped, prepare = _pml_memory(loss, remembered, batch, pml_losses.CrossBatchMemory)
             made.append(Peer(name, wrapped, labels, prepare))
@@ -154,8 +163,9 @@ def _timed(run: Callable[[], None], device: torch.device) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def measure_size(batch: int, memory: bool, device: torch.device, previous: dict, budget_gib: float, torchsort_ok: bool,
-                 seed: int = 0) -> list[dict]:  # fmt: skip
+def measure_size(
+    batch: int, memory: bool, device: torch.device, previous: dict, budget_gib: float, torchsort_ok: bool, seed: int = 0
+) -> list[dict]:
     """Every peer at one batch size: median ms (interleaved runs), peak GiB, or why it did not run."""
     generator = torch.Generator().manual_seed(seed + batch)
     embeddings, labels = make_batch(batch, generator, device)
@@ -181,8 +191,11 @@ def measure_size(batch: int, memory: bool, device: torch.device, previous: dict,
         for peer in active:
             times[peer.name].append(_timed(lambda: peer.step(embeddings), device))
     for peer in active:
-        rows[peer.name].update(ms=statistics.median(times[peer.name]), runs=repeats,
-                               peak_gib=peak_bytes_above(lambda: peer.step(embeddings), device) / 2**30)  # fmt: skip
+        rows[peer.name].update(
+            ms=statistics.median(times[peer.name]),
+            runs=repeats,
+            peak_gib=peak_bytes_above(lambda: peer.step(embeddings), device) / 2**30,
+        )
     return [rows[peer.name] for peer in runs]
 
 
@@ -190,7 +203,6 @@ def element_costs(device: torch.device, batches=ELEMENT_SHAPES, seed: int = 0) -
     """ns per element of the native recall loss on a ``[B, 4 B - 1]`` score matrix (the memory's shape)
     beside the same scores as one row and one row-wise sort of the matrix, interleaved."""
     from .recall_loss import RecallLoss
-    from .score_memory import EmbeddingMemory
 
     rows = []
     for batch in batches:
@@ -218,16 +230,23 @@ def element_costs(device: torch.device, batches=ELEMENT_SHAPES, seed: int = 0) -
             for name, run in runs.items():
                 times[name].append(_timed(run, device))
         elements = scores.numel()
-        row = {"shape": list(scores.shape), "elements": elements, "relevant_per_row": float(relevant.sum(1).float().mean()),
-               "runs": repeats}  # fmt: skip
+        row = {
+            "shape": list(scores.shape),
+            "elements": elements,
+            "relevant_per_row": float(relevant.sum(1).float().mean()),
+            "runs": repeats,
+        }
         for name in runs:
             row[f"{name}_ms"] = statistics.median(times[name])
             row[f"{name}_ns_per_element"] = row[f"{name}_ms"] * 1e6 / elements
         row["batched_over_one_row"] = row["batched_ms"] / row["one_row_ms"]
         row["batched_over_row_sort"] = row["batched_ms"] / row["row_sort_ms"]
         rows.append(row)
-        print(f"  [{scores.shape[0]}, {scores.shape[1]}]: batched {row['batched_ns_per_element']:.1f} ns/element, "
-              f"one row {row['one_row_ns_per_element']:.1f}, row-wise sort {row['row_sort_ns_per_element']:.1f}", flush=True)
+        print(
+            f"  [{scores.shape[0]}, {scores.shape[1]}]: batched {row['batched_ns_per_element']:.1f} ns/element, "
+            f"one row {row['one_row_ns_per_element']:.1f}, row-wise sort {row['row_sort_ns_per_element']:.1f}",
+            flush=True,
+        )
     return rows
 
 
@@ -256,12 +275,25 @@ def peers_table(device, sizes=SIZES, budget_gib: float | None = None, element_ba
                 if row.get("peak_gib") is not None:
                     previous[row["loss"]] = row
             rows += measured
-            print(f"batch {batch}{' + memory' if memory else ''} ({time.perf_counter() - started:.0f} s): "
-                  + ", ".join(f"{r['loss']} {_cell(r)}" for r in measured), flush=True)
+            print(
+                f"batch {batch}{' + memory' if memory else ''} ({time.perf_counter() - started:.0f} s): "
+                + ", ".join(f"{r['loss']} {_cell(r)}" for r in measured),
+                flush=True,
+            )
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
-    meta = {"device": device.type, "device_name": name, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "sizes": list(sizes), "tau": TAU, "dim": DIM, "per_class": PER_CLASS, "budget_gib": budget_gib,
-            "torchsort": status, "repeats": {b: repeats_for(b) for b in sizes}}  # fmt: skip
+    meta = {
+        "device": device.type,
+        "device_name": name,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "sizes": list(sizes),
+        "tau": TAU,
+        "dim": DIM,
+        "per_class": PER_CLASS,
+        "budget_gib": budget_gib,
+        "torchsort": status,
+        "repeats": {b: repeats_for(b) for b in sizes},
+    }
     try:
         import pytorch_metric_learning
 
@@ -300,19 +332,33 @@ def markdown(result: dict) -> str:
     """The peers table (time and peak memory, both settings), the goals and the per-element costs."""
     meta = result["meta"]
     repeats = ", ".join(f"{r} at {b}" for b, r in meta["repeats"].items())
-    lines = [f"Forward + backward from {meta['dim']}-d embeddings, {meta['per_class']} images per class, "
-             f"{meta['threads']} thread(s), {meta['device_name']} ({meta['device']}), torch {meta['torch']}, "
-             f"PML {meta['pml']}; median of {repeats} runs (interleaved; one warm-up each where more than 2); "
-             f"peak tensor memory above the inputs from one more run. torchsort: {meta['torchsort']}.", ""]  # fmt: skip
+    lines = [
+        f"Forward + backward from {meta['dim']}-d embeddings, {meta['per_class']} images per class, "
+        f"{meta['threads']} thread(s), {meta['device_name']} ({meta['device']}), torch {meta['torch']}, "
+        f"PML {meta['pml']}; median of {repeats} runs (interleaved; one warm-up each where more than 2); "
+        f"peak tensor memory above the inputs from one more run. torchsort: {meta['torchsort']}.",
+        "",
+    ]
     for memory in (False, True):
         names = list(dict.fromkeys(r["loss"] for r in result["rows"] if r["memory"] == memory))
-        title = f"with the memory (tau = {meta['tau']}: {4}B - 1 items per row)" if memory else "batch only (B - 1 items per row)"
-        lines += [f"**{title}**", "", "| loss | " + " | ".join(f"B = {b}" for b in meta["sizes"]) + " |",
-                  "|---|" + "---:|" * len(meta["sizes"])]  # fmt: skip
+        title = (
+            f"with the memory (tau = {meta['tau']}: {4}B - 1 items per row)"
+            if memory
+            else "batch only (B - 1 items per row)"
+        )
+        lines += [
+            f"**{title}**",
+            "",
+            "| loss | " + " | ".join(f"B = {b}" for b in meta["sizes"]) + " |",
+            "|---|" + "---:|" * len(meta["sizes"]),
+        ]
         for name in names:
             cells = []
             for batch in meta["sizes"]:
-                row = next((r for r in result["rows"] if r["loss"] == name and r["batch"] == batch and r["memory"] == memory), None)
+                row = next(
+                    (r for r in result["rows"] if r["loss"] == name and r["batch"] == batch and r["memory"] == memory),
+                    None,
+                )
                 if row is None:
                     cells.append("-")
                 elif "skipped" in row:
@@ -321,19 +367,30 @@ def markdown(result: dict) -> str:
                     cells.append(f"{_cell(row)}, {row['peak_gib']:.2f} GiB")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += ["Ratios (the faster RaMBO loss): to the fastest rank-based peer (goal <= 1) and to Contrastive (goal <= 2 "
-              "from B = 512 on).", "", "| batch | RaMBO / best rank-based peer | RaMBO / Contrastive |", "|---|---:|---:|"]  # fmt: skip
+    lines += [
+        "Ratios (the faster RaMBO loss): to the fastest rank-based peer (goal <= 1) and to Contrastive (goal <= 2 "
+        "from B = 512 on).",
+        "",
+        "| batch | RaMBO / best rank-based peer | RaMBO / Contrastive |",
+        "|---|---:|---:|",
+    ]
     lines += [f"| {a} | {b} | {c} |" for a, b, c in goals(result)]
-    lines += ["", "Cost per element of the native recall loss on a score matrix (fwd+bwd from the scores) beside the same "
-              "scores as one row and one row-wise `torch.sort(dim=1, stable=True)` of the matrix:", "",
-              "| scores | relevant / row | batched path | one row | one row-wise sort | batched / one row | batched / row sort |",
-              "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines += [
+        "",
+        "Cost per element of the native recall loss on a score matrix (fwd+bwd from the scores) beside the same "
+        "scores as one row and one row-wise `torch.sort(dim=1, stable=True)` of the matrix:",
+        "",
+        "| scores | relevant / row | batched path | one row | one row-wise sort | batched / one row | batched / row sort |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in result["element_costs"]:
-        lines.append(f"| {row['shape'][0]} x {row['shape'][1]} | {row['relevant_per_row']:.1f} | "
-                     f"{row['batched_ns_per_element']:.1f} ns ({row['batched_ms']:.0f} ms) | "
-                     f"{row['one_row_ns_per_element']:.1f} ns ({row['one_row_ms']:.0f} ms) | "
-                     f"{row['row_sort_ns_per_element']:.1f} ns ({row['row_sort_ms']:.0f} ms) | "
-                     f"{row['batched_over_one_row']:.2f} | {row['batched_over_row_sort']:.2f} |")  # fmt: skip
+        lines.append(
+            f"| {row['shape'][0]} x {row['shape'][1]} | {row['relevant_per_row']:.1f} | "
+            f"{row['batched_ns_per_element']:.1f} ns ({row['batched_ms']:.0f} ms) | "
+            f"{row['one_row_ns_per_element']:.1f} ns ({row['one_row_ms']:.0f} ms) | "
+            f"{row['row_sort_ns_per_element']:.1f} ns ({row['row_sort_ms']:.0f} ms) | "
+            f"{row['batched_over_one_row']:.2f} | {row['batched_over_row_sort']:.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -351,7 +408,9 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.perf_counter()
     result = peers_table(args.device, args.sizes, args.budget_gib, args.element_batches)
     result["meta"]["seconds"] = time.perf_counter() - started
-    result["meta"]["command"] = "python -m rambo.core.benchmark_peers " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
+    result["meta"]["command"] = "python -m rambo.core.benchmark_peers " + " ".join(
+        argv if argv is not None else __import__("sys").argv[1:]
+    )
     table = markdown(result)
     print(table)
     if args.out:

@@ -39,12 +39,20 @@ def main(argv: list[str] | None = None) -> dict:
     before = _peak_rss_mib()
     started = time.perf_counter()
     loss(scores, relevant).backward()
-    result = {"n": n, "relevant_items": int(relevant.sum()), "loss": args.loss, "seconds": time.perf_counter() - started,
-              "peak_rss_mib": _peak_rss_mib(), "peak_rss_before_mib": before,
-              "dense_differences_gib": int(relevant.sum()) * n * 4 / 2**30}  # fmt: skip
-    print(f"{args.loss}, one row of {n:.0e} items, {result['relevant_items']} relevant: peak RSS {result['peak_rss_mib']:.0f} MiB "
-          f"(before the loss {before:.0f} MiB; the [P, N] differences as one tensor: {result['dense_differences_gib']:.1f} GiB), "
-          f"{result['seconds']:.1f} s")  # fmt: skip
+    result = {
+        "n": n,
+        "relevant_items": int(relevant.sum()),
+        "loss": args.loss,
+        "seconds": time.perf_counter() - started,
+        "peak_rss_mib": _peak_rss_mib(),
+        "peak_rss_before_mib": before,
+        "dense_differences_gib": int(relevant.sum()) * n * 4 / 2**30,
+    }
+    print(
+        f"{args.loss}, one row of {n:.0e} items, {result['relevant_items']} relevant: peak RSS {result['peak_rss_mib']:.0f} MiB "
+        f"(before the loss {before:.0f} MiB; the [P, N] differences as one tensor: {result['dense_differences_gib']:.1f} GiB), "
+        f"{result['seconds']:.1f} s"
+    )
     return result
 
 

@@ -86,7 +86,9 @@ class BlackboxCountedRank(torch.autograd.Function):
         slots = _slots(item_rows, num_rows)
         ranks = torch.empty_like(flat_index)
         ties = torch.empty_like(flat_index)  # |{j : y_j = y_i}|, the item itself included
-        buffer = torch.empty(values.shape, dtype=_COUNT_DTYPE, device=values.device)  # one buffer: no page faults per slot
+        buffer = torch.empty(
+            values.shape, dtype=_COUNT_DTYPE, device=values.device
+        )  # one buffer: no page faults per slot
         for items in slots:
             block, value = _rows_of(values, item_rows[items]), item_values[items].unsqueeze(1)
             mask = buffer[: block.shape[0]]
@@ -135,7 +137,9 @@ class BlackboxCountedRank(torch.autograd.Function):
             if shift is None and slot_rows.shape[0] == num_rows:
                 shift, buffers[0] = delta, torch.empty_like(delta)
             elif shift is None:
-                shift = torch.zeros(values.shape, dtype=compute_dtype, device=values.device).index_add_(0, slot_rows, delta)
+                shift = torch.zeros(values.shape, dtype=compute_dtype, device=values.device).index_add_(
+                    0, slot_rows, delta
+                )
             elif slot_rows.shape[0] == num_rows:
                 shift.add_(delta)
             else:

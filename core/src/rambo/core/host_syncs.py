@@ -20,11 +20,22 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # Reads of device data on the host, and outputs sized by the data.
-SYNCING_OPS = frozenset({
-    "aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal", "aten::nonzero", "aten::masked_select",
-    "aten::_unique", "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive", "aten::bincount",
-    "aten::masked_scatter", "aten::histc",
-})  # fmt: skip
+SYNCING_OPS = frozenset(
+    {
+        "aten::_local_scalar_dense",
+        "aten::is_nonzero",
+        "aten::equal",
+        "aten::nonzero",
+        "aten::masked_select",
+        "aten::_unique",
+        "aten::_unique2",
+        "aten::unique_dim",
+        "aten::unique_consecutive",
+        "aten::bincount",
+        "aten::masked_scatter",
+        "aten::histc",
+    }
+)
 
 
 def _has_bool_index(args) -> bool:
@@ -45,7 +56,12 @@ class HostSyncCounter(TorchDispatchMode):
         name = func._schema.name
         if name in SYNCING_OPS:
             self.ops[name] += 1
-        elif name in ("aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_") and _has_bool_index(args):
+        elif name in (
+            "aten::index",
+            "aten::index_put",
+            "aten::index_put_",
+            "aten::_index_put_impl_",
+        ) and _has_bool_index(args):
             self.ops[f"{name} (boolean mask)"] += 1
         elif name == "aten::repeat_interleave" and kwargs.get("output_size") is None:
             self.ops[name] += 1

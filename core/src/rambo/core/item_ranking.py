@@ -28,7 +28,9 @@ from .counted_ranking import BlackboxCountedRank, counting_fits
 from .ranking import rank_with_integers, sort_keys
 
 
-def positions_in_sorted(sorted_keys: torch.Tensor, order: torch.Tensor, keys: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+def positions_in_sorted(
+    sorted_keys: torch.Tensor, order: torch.Tensor, keys: torch.Tensor, index: torch.Tensor
+) -> torch.Tensor:
     """Number of entries ``(sorted_keys[p], order[p])`` lexicographically before ``(keys, index)``.
 
     ``sorted_keys``/``order``: a stable ascending sort (values and indices) of 1-D keys, so equal
@@ -96,7 +98,9 @@ class BlackboxItemRank(torch.autograd.Function):
         # Moved items before each one in the new order: a stable sort of the new keys, the items
         # being in increasing index order (checked by rank_items), so ties go by index.
         new_order = torch.sort(moved_keys, stable=True).indices
-        moved_ahead = torch.empty_like(new_order).scatter_(0, new_order, torch.arange(new_order.shape[0], device=new_order.device))
+        moved_ahead = torch.empty_like(new_order).scatter_(
+            0, new_order, torch.arange(new_order.shape[0], device=new_order.device)
+        )
         new_positions = slot - moved_before_slot + moved_ahead
 
         # Unmoved items: +1 over [slot, position) for an item that moved up, -1 over
@@ -115,7 +119,9 @@ class BlackboxItemRank(torch.autograd.Function):
         return gradient.view(rows, n).to(ctx.dtype), None, None
 
 
-def rank_items(scores: torch.Tensor, index: tuple[torch.Tensor, torch.Tensor], lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rank_items(
+    scores: torch.Tensor, index: tuple[torch.Tensor, torch.Tensor], lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``rank(scores, lam)[index]`` and the same ranks as integers, for ``scores: [R, N]`` and
     ``index = (rows, columns)`` in row-major order (as ``relevant.nonzero(as_tuple=True)``).
 

@@ -24,9 +24,7 @@ def check_labels(embeddings: torch.Tensor, labels: torch.Tensor, finite: bool = 
     if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.is_floating_point():
         raise ValueError("labels must be a 1-D integer tensor [batch]")
     if labels.shape[0] != embeddings.shape[0]:
-        raise ValueError(
-            f"shape mismatch: {embeddings.shape[0]} embeddings vs {labels.shape[0]} labels"
-        )
+        raise ValueError(f"shape mismatch: {embeddings.shape[0]} embeddings vs {labels.shape[0]} labels")
 
 
 def pairwise_scores(embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,7 +19,9 @@ def cpu_peak_bytes(run: Callable[[], object]) -> int:
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
         run()
-    events = sorted((e.start_ns(), e.nbytes()) for e in profiler.profiler.kineto_results.events() if e.name() == "[memory]")
+    events = sorted(
+        (e.start_ns(), e.nbytes()) for e in profiler.profiler.kineto_results.events() if e.name() == "[memory]"
+    )
     live = peak = 0
     for _, change in events:
         live += change

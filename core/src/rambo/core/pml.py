@@ -55,9 +55,7 @@ try:
         ThresholdReducer,
     )
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "rambo.core.pml needs pytorch-metric-learning: pip install 'rambo-core[pml]'"
-    ) from error
+    raise ImportError("rambo.core.pml needs pytorch-metric-learning: pip install 'rambo-core[pml]'") from error
 
 import torch
 
@@ -239,8 +237,12 @@ class RankLossAdapter(pml_losses.BaseMetricLossFunction):
         a1, p, a2, n = (torch.as_tensor(x, device=device).long().view(-1) for x in (a1, p, a2, n))
         if a1.shape != p.shape or a2.shape != n.shape:
             raise ValueError("indices_tuple: anchors and positives (negatives) must have the same length")
-        for name, index, size in (("anchor", a1, num_queries), ("anchor", a2, num_queries),
-                                  ("positive", p, num_items), ("negative", n, num_items)):
+        for name, index, size in (
+            ("anchor", a1, num_queries),
+            ("anchor", a2, num_queries),
+            ("positive", p, num_items),
+            ("negative", n, num_items),
+        ):
             if index.numel() and (int(index.min()) < 0 or int(index.max()) >= size):
                 raise ValueError(f"indices_tuple: {name} index out of range [0, {size})")
         positive = torch.zeros(num_queries, num_items, dtype=torch.bool, device=device)

@@ -92,8 +92,9 @@ def dense_ranks_of_relevant_items(
     return ranks, ranks_relevant.to(ranks.dtype)
 
 
-def mean_over_relevant_items(scores: torch.Tensor, relevant: torch.Tensor, margin: float, lam: float,
-                             term: ItemTerm) -> torch.Tensor:  # fmt: skip
+def mean_over_relevant_items(
+    scores: torch.Tensor, relevant: torch.Tensor, margin: float, lam: float, term: ItemTerm
+) -> torch.Tensor:
     """Per row, the mean of ``term(rank_alpha(y)_i, rank(y+)_i)`` over its relevant items ``i``
     (0 for a row without one): ``[Q]``. The one place where the sparse and the dense formulation
     (:mod:`.loss_path`) differ; a loss defines only its ``term``."""

@@ -152,7 +152,9 @@ def _integer_rank_dtype(n: int) -> torch.dtype:
     return torch.int32 if n < 2**31 else torch.int64
 
 
-def _blackbox_rank_forward(scores: torch.Tensor, lam_raw: float, check_finite: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _blackbox_rank_forward(
+    scores: torch.Tensor, lam_raw: float, check_finite: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact ranks along the last dimension as ``(floats, differentiable by Alg. 1; integers)``.
 
     ``lam_raw``: the perturbation on raw ranks (``lam * N``). ``check_finite``: refuse NaN/inf
@@ -171,7 +173,9 @@ def alg1_gradient(scores: torch.Tensor, ranks: torch.Tensor, grad_ranks: torch.T
     # (which a GPU kernel may use, and a CPU kernel may not): the perturbed scores, hence the
     # ranks of the backward pass, are then the same bits on every device.
     # The buffer is this function's own: the sort keys are built in it, and it is freed once sorted.
-    ranks_perturbed = exact_rank(grad_ranks.to(compute_dtype).mul(lam_raw).add_(scores.detach().to(compute_dtype)), owned=True)
+    ranks_perturbed = exact_rank(
+        grad_ranks.to(compute_dtype).mul(lam_raw).add_(scores.detach().to(compute_dtype)), owned=True
+    )
     # Alg. 1: -(rank(y) - rank(y_lam)) / lam, the difference taken exactly in integers.
     grad_scores = ranks_perturbed.sub_(ranks).to(compute_dtype).div_(lam_raw)
     return grad_scores.to(scores.dtype)
@@ -189,7 +193,9 @@ if hasattr(torch.library, "custom_op"):  # torch >= 2.4
         return float_ranks, scores.new_empty(scores.shape, dtype=_integer_rank_dtype(scores.shape[-1]))
 
     @torch.library.custom_op("rambo::blackbox_rank_backward", mutates_args=())
-    def blackbox_rank_backward(scores: torch.Tensor, ranks: torch.Tensor, grad_ranks: torch.Tensor, lam_raw: float) -> torch.Tensor:
+    def blackbox_rank_backward(
+        scores: torch.Tensor, ranks: torch.Tensor, grad_ranks: torch.Tensor, lam_raw: float
+    ) -> torch.Tensor:
         """Alg. 1's backward: ``-(rank(y) - rank(y + lam_raw * grad_ranks)) / lam_raw``, in ``scores``' dtype."""
         return alg1_gradient(scores, ranks, grad_ranks, lam_raw)
 

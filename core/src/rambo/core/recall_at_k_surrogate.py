@@ -41,8 +41,9 @@ class RecallAtKSurrogate(SurrogateLoss):
             unclipped (this class before the clip was added).
     """
 
-    def __init__(self, ks=(1, 2, 4, 8, 16), tau1: float = 0.01, tau2: float | Sequence[float] = 1.0,
-                 clip_numerator: bool = True):
+    def __init__(
+        self, ks=(1, 2, 4, 8, 16), tau1: float = 0.01, tau2: float | Sequence[float] = 1.0, clip_numerator: bool = True
+    ):
         super().__init__()
         if not ks or any(int(k) != k or k < 1 for k in ks):
             raise ValueError(f"ks must be positive integers, got {ks}")

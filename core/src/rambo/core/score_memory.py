@@ -69,12 +69,17 @@ class _BatchMemory(torch.nn.Module):
             return
         first, second = first.detach(), second.detach()
         size = first.shape[self.dim]
-        if len(self._sizes) == self.tau and all(held == size for held in self._sizes) and not is_compiling() and \
-                self._holds_like(self._first, first) and self._holds_like(self._second, second):  # fmt: skip
+        if (
+            len(self._sizes) == self.tau
+            and all(held == size for held in self._sizes)
+            and not is_compiling()
+            and self._holds_like(self._first, first)
+            and self._holds_like(self._second, second)
+        ):
             for held, new in ((self._first, first), (self._second, second)):  # in place: same shape, same address
                 held.copy_(torch.cat([held.narrow(self.dim, size, held.shape[self.dim] - size), new], self.dim))
             return
-        kept = self._sizes[max(0, len(self._sizes) - self.tau + 1):]
+        kept = self._sizes[max(0, len(self._sizes) - self.tau + 1) :]
         dropped = sum(self._sizes) - sum(kept)
         self._first = self._appended(self._first, dropped, first)
         self._second = self._appended(self._second, dropped, second)
@@ -116,7 +121,7 @@ class _BatchMemory(torch.nn.Module):
 
     def set_extra_state(self, state: dict) -> None:
         self.reset()
-        batches = list(state["batches"])[-self.tau:] if self.tau else []
+        batches = list(state["batches"])[-self.tau :] if self.tau else []
         if batches:
             self._first = torch.cat([a for a, _ in batches], self.dim)
             self._second = torch.cat([b for _, b in batches], self.dim)
@@ -211,7 +216,9 @@ class RowMemory(_BatchMemory):
     def __init__(self, loss: torch.nn.Module, tau: int):
         super().__init__(loss, tau)
         if "rank_scale" not in inspect.signature(getattr(loss, "row_losses", lambda: None)).parameters:
-            raise TypeError(f"RowMemory needs a loss whose row_losses takes rank_scale (RecallLoss), got {type(loss).__name__}")
+            raise TypeError(
+                f"RowMemory needs a loss whose row_losses takes rank_scale (RecallLoss), got {type(loss).__name__}"
+            )
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         check_labels(embeddings, labels, finite=host_checks(embeddings))

@@ -82,8 +82,14 @@ def sigmoid_ranks_of_relevant(
         parts = []
         for first in range(0, count, per_slice):
             items = slice(first, first + per_slice)
-            args = (scores[rows], relevant_index[rows, items], relevant_mask[rows, items], valid_weight[rows],
-                    relevant_weight[rows], tau)  # fmt: skip
+            args = (
+                scores[rows],
+                relevant_index[rows, items],
+                relevant_mask[rows, items],
+                valid_weight[rows],
+                relevant_weight[rows],
+                tau,
+            )
             if torch.is_grad_enabled() and scores.requires_grad:
                 parts.append(checkpoint(_chunk_ranks, *args, use_reentrant=False))
             else:

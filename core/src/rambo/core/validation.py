@@ -36,9 +36,7 @@ def check_relevance(scores: torch.Tensor, relevant: torch.Tensor, name: str = "r
             f"convert with `{name}.bool()` if it holds 0/1"
         )
     if relevant.shape != scores.shape:
-        raise ValueError(
-            f"shape mismatch: scores {tuple(scores.shape)} vs {name} {tuple(relevant.shape)}"
-        )
+        raise ValueError(f"shape mismatch: scores {tuple(scores.shape)} vs {name} {tuple(relevant.shape)}")
     if relevant.device != scores.device:
         raise ValueError(f"device mismatch: scores on {scores.device}, {name} on {relevant.device}")
 
