@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="paper-smoke")
     args = parser.parse_args(argv)
     # The paper experiments must be the paper's before they are smoke-run (ablations/paper_settings.yaml).
-    import paper_settings
+    from rambo.ablations import paper_settings
 
     if paper_settings.main([]) != 0:
         print("FAILED: the paper profile's settings drifted from the ledger (above)", file=sys.stderr)
