@@ -30,17 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from rambo.harness.atomic import write_json, write_text
-from rambo.harness.checkpoint import load_checkpoint
 from rambo.harness.paired_interval import paired_interval, verdict
 
 from .evaluation_sampling import map_of_images
-from .model import build_detector
 from .predict import collect_detections
 from .synthetic import SYNTHETIC_CLASSES, generate
-from .variance_study import prepare, run_folder, train
+from .variance_study import prepare, run_folder, train, trained_detector
 from .voc import VOCDetectionDataset
 
 VALIDATION_SEED = 1  # the generator seed of the validation images (the mini's images are seed 0's)
@@ -109,10 +106,7 @@ def scored(folder: Path, root: Path) -> dict:
     if cached.is_file():
         return json.loads(cached.read_text())
     torch.set_num_threads(1)  # one process per run (``--jobs``), as the variance study scores
-    state = load_checkpoint(folder / "checkpoint.pt")
-    config = OmegaConf.create(state["config"])
-    model = build_detector(config.model, config.loss, len(SYNTHETIC_CLASSES))
-    model.load_state_dict(state["state"]["model"])
+    model, config = trained_detector(folder)
     logits = []
     hook = model.roi_heads.box_predictor.register_forward_hook(lambda _m, _i, out: logits.append(out[0].detach()))
     dataset = VOCDetectionDataset([root], "test", SYNTHETIC_CLASSES, train=False)

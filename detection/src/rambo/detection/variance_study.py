@@ -114,6 +114,15 @@ def train(
     return folder
 
 
+def trained_detector(folder: Path):
+    """A run's detector with its trained weights, and the run's own resolved configuration."""
+    state = load_checkpoint(folder / "checkpoint.pt")
+    config = OmegaConf.create(state["config"])
+    model = build_detector(config.model, config.loss, len(SYNTHETIC_CLASSES))
+    model.load_state_dict(state["state"]["model"])
+    return model, config
+
+
 def extra_test_maps(folder: Path, data_dir: Path, draws: int) -> dict:
     """AP50 of a trained row on ``extra_test``: all of it, its disjoint mini-sized parts, bootstrap.
 
@@ -122,10 +131,7 @@ def extra_test_maps(folder: Path, data_dir: Path, draws: int) -> dict:
     if cached.is_file():
         return json.loads(cached.read_text())
     torch.set_num_threads(1)  # one process per row (``--jobs``): threads of one process stall on a busy machine
-    state = load_checkpoint(folder / "checkpoint.pt")
-    config = OmegaConf.create(state["config"])  # the run's own resolved configuration
-    model = build_detector(config.model, config.loss, len(SYNTHETIC_CLASSES))
-    model.load_state_dict(state["state"]["model"])
+    model, config = trained_detector(folder)
     dataset = VOCDetectionDataset([data_dir / "synthetic"], "extra_test", SYNTHETIC_CLASSES, train=False)
     predictions, truths = collect_detections(model, dataset, torch.device("cpu"), config.eval.batch_size)
     method = config.eval.method
