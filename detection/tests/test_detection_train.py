@@ -287,6 +287,17 @@ def test_mini_rows_start_from_the_warm_start_of_their_seed():
     assert compose_config(["experiment=mini_warm_start"]).init_checkpoint is None
 
 
+def test_mini_rows_train_8_epochs_after_a_4_epoch_warm_start():
+    """Issue 31's design: the rows converge (8 epochs, lr step after 6), the warm start keeps 4 (step after 3)."""
+    rows = [p.stem for p in (CONF / "experiment").glob("mini_*.yaml") if p.stem != "mini_warm_start"]
+    assert {"mini_ce", "mini_rambo", "mini_table8_lam0p5_nomargin"} <= set(rows)
+    for experiment in rows:
+        schedule = compose_config([f"experiment={experiment}"]).schedule
+        assert (schedule.epochs, list(schedule.steps)) == (8, [6]), experiment
+    schedule = compose_config(["experiment=mini_warm_start"]).schedule
+    assert (schedule.epochs, list(schedule.steps)) == (4, [3])
+
+
 def test_the_gpu_engine_sums_losses_on_the_device_and_reads_them_once(data_root, tmp_path, monkeypatch):
     """Issue 23: with the device path forced on the CPU the epoch's losses are those of the per-step path."""
     from rambo.detection import engine

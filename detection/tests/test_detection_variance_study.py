@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from rambo.detection.variance_study import designs, report
+from rambo.detection.variance_study import STUDIED_SCHEDULE, designs, report, studied
 
 
 def test_the_designs_vary_one_source_each_and_the_pipeline_both():
@@ -42,3 +42,9 @@ def test_the_report_gives_standard_deviations_in_points_and_the_seeds_needed():
     assert result["pipeline_means"]["mini_test"]["a"] == pytest.approx(54)
     # sd 0.5 of the paired difference: n = 2 gives 12.706 * 0.5 / sqrt(2) = 4.5 > 2; n = 3: 4.303 * 0.5 / 1.73 = 1.24
     assert result["seeds_for_2_points"]["extra_test"] == 3
+
+
+def test_the_studies_keep_the_4_epoch_design_they_measured_unless_an_override_sets_it():
+    assert STUDIED_SCHEDULE == ("schedule.epochs=4", "schedule.steps=[3]")
+    assert studied(["loss.lam=0.1"]) == ["schedule.epochs=4", "schedule.steps=[3]", "loss.lam=0.1"]
+    assert studied(["schedule.epochs=8", "schedule.steps=[6]"]) == ["schedule.epochs=8", "schedule.steps=[6]"]
