@@ -1,6 +1,7 @@
 """A committed reproduction reproduces itself (issue 34, item 4): in a fresh clone of HEAD,
 ``make reproduce PROFILE=tiny``, and commit everything it wrote (``dvc.lock``, ``params.yaml``,
-``results/``, ``figures/out/``); then a fresh clone of *that* commit runs ``make reproduce
+``results/``, ``figures/out/``), after checking that no committed results file lacks a key the
+first run wrote (item 3: :func:`keys_committed_files_lack`); then a fresh clone of *that* commit runs ``make reproduce
 PROFILE=tiny`` again, every run retrained (a clone has no checkpoints: they are git-ignored and
 never in DVC's cache), and ``git status --porcelain`` must be empty and a second ``dvc repro`` must
 run nothing.
@@ -139,6 +140,37 @@ def changed_keys(clone_dir: Path, name: str) -> list[str] | None:
     return sorted(k for k in old.keys() | new.keys() if old.get(k, "<absent>") != new.get(k, "<absent>"))
 
 
+def key_paths(value, prefix: str = "") -> set[str]:
+    """Every key path of a JSON value, list positions written ``[*]`` (a run's history is as long as
+    its profile's epochs; its entries' keys are what the code writes)."""
+    if isinstance(value, dict):
+        return {p for key, item in value.items() for p in {f"{prefix}/{key}"} | key_paths(item, f"{prefix}/{key}")}
+    if isinstance(value, list):
+        return {p for item in value for p in key_paths(item, f"{prefix}[*]")}
+    return set()
+
+
+def keys_committed_files_lack(clone_dir: Path) -> dict[str, list[str]]:
+    """Issue 34 item 3: the key paths that the code wrote into a results file (a run's ``metrics.json``
+    or ``curve.json``, a table's JSON) in ``clone_dir``'s working tree and that the committed version of
+    that file lacks, per file. The tiny profile writes the same files as the committed (mini) ones, so
+    a key missing there is one the committed results were made without (e.g. ``mean_cosine``, added
+    after they were trained)."""
+    lacking = {}
+    written = run(["git", "diff", "--name-only", "HEAD", "--", "results"], clone_dir).split()
+    for name in written:
+        if not name.endswith(".json") or "/draws/" in name:
+            continue
+        try:
+            committed = json.loads(run(["git", "show", f"HEAD:{name}"], clone_dir))
+        except (AssertionError, ValueError):
+            continue  # a file the reproduce created: nothing committed to lack a key
+        missing = key_paths(json.loads((clone_dir / name).read_text())) - key_paths(committed)
+        if missing:
+            lacking[name] = sorted(missing)
+    return lacking
+
+
 def describe_changes(clone_dir: Path, porcelain: str) -> str:
     """Which files changed, which of their keys, and the start of each diff."""
     parts = [porcelain]
@@ -176,6 +208,10 @@ def test_a_committed_tiny_reproduction_reproduces_itself_in_a_fresh_clone(workdi
     _, first_s = reproduce(first)
     wrote = run(["git", "status", "--porcelain"], first)
     assert wrote.strip(), "the first reproduce wrote nothing git sees"
+    lacking = keys_committed_files_lack(first)
+    assert not lacking, "committed results files lack keys the code writes (regenerate them):\n" + "\n".join(
+        f"{name}: {', '.join(keys[:12])}" for name, keys in sorted(lacking.items())[:20]
+    )
     run(["git", "add", "-A"], first)  # everything `git status` shows, in the scratch clone only
     run(["git", *AUTHOR, "commit", "--quiet", "-m", "tiny reproduction (test_clean_reproduce)"], first)
 
