@@ -159,8 +159,8 @@ def keys_committed_files_lack(clone_dir: Path) -> dict[str, list[str]]:
     lacking = {}
     written = run(["git", "diff", "--name-only", "HEAD", "--", "results"], clone_dir).split()
     for name in written:
-        if not name.endswith(".json") or "/draws/" in name:
-            continue
+        if not name.endswith(".json") or "/draws/" in name or not (clone_dir / name).is_file():
+            continue  # not a results JSON, a committed draw, or a file the run's stage removed
         try:
             committed = json.loads(run(["git", "show", f"HEAD:{name}"], clone_dir))
         except (AssertionError, ValueError):
