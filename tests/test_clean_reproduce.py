@@ -18,8 +18,10 @@ What differs from a user's ``make reproduce`` in a fresh clone, and why:
   figure and table imports the clone's sources, and its provenance
   (``rambo.harness.provenance.git_state``) names the clone's commit. The test checks this before
   running anything.
-* ``MAKEFLAGS``/``MAKELEVEL`` of a calling ``make`` are dropped, and W&B is disabled (the tiny
-  profile disables it anyway).
+* ``MAKEFLAGS``/``MAKELEVEL`` of a calling ``make`` are dropped, and ``WANDB_MODE=offline``: the
+  tiny profile's ``wandb_mode`` is ``auto``, as mini's, so every run logs to W&B offline as a user's
+  mini runs do without an API key, and its random run id and ``wandb/`` folders must not reach
+  ``dvc.lock`` (they did, before ``.dvcignore`` and the id's side file: issue 34).
 
 The clones are real ``git clone``s (file://), so the test sees the checkout's HEAD, not its
 uncommitted files; each clone has its own DVC cache (``.dvc/cache`` inside it: ``.dvc/config`` sets
@@ -68,7 +70,7 @@ def clone_env(clone: Path) -> dict:
     sources = [str(clone / s / "src") for s in SOURCES]
     env["PYTHONPATH"] = os.pathsep.join(sources + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
-    env["WANDB_MODE"] = "disabled"
+    env["WANDB_MODE"] = "offline"  # never online from a test, and never disabled: W&B's files are what it checks
     return env
 
 
@@ -223,6 +225,9 @@ def test_a_committed_tiny_reproduction_reproduces_itself_in_a_fresh_clone(workdi
     output, second_s = reproduce(second)
     not_retrained = [s for s in runs if f"Running stage '{s}'" not in output]
     assert not not_retrained, f"stages not rerun in the second clone: {not_retrained}"
+    logged = list((second / "results" / "runs").glob("*/*/seed*/wandb/offline-run-*"))
+    ids = list((second / "results" / "runs").glob("*/*/seed*/*.wandb-id"))
+    assert logged and ids, "the runs did not log to W&B offline: the check below would not see W&B's files"
 
     problems = []
     porcelain = run(["git", "status", "--porcelain"], second)

@@ -43,14 +43,17 @@ def test_the_commit_is_the_last_change_to_the_sources_of_the_checkout_that_track
 
 def test_a_results_commit_on_top_leaves_the_recorded_commit_and_a_source_edit_marks_it_dirty(tmp_path):
     """Issue 34: a fresh clone of the commit that added the results records what the committed runs
-    recorded. A scratch repository with a source folder and a results folder, real git."""
+    recorded, and so does one of a later commit that edits only a sub-project's README. A scratch
+    repository with a source folder and a results folder, real git."""
     if shutil.which("git") is None:
         pytest.skip("no git")
     repo = tmp_path / "repo"
-    (repo / "harness").mkdir(parents=True)
+    (repo / "harness" / "src").mkdir(parents=True)
     (repo / "results").mkdir()
-    code = repo / "harness" / "code.py"
+    code = repo / "harness" / "src" / "code.py"
     code.write_text("x = 1\n")
+    readme = repo / "harness" / "README.md"
+    readme.write_text("the sub-project\n")
 
     def git(*args):
         return subprocess.run(
@@ -71,6 +74,9 @@ def test_a_results_commit_on_top_leaves_the_recorded_commit_and_a_source_edit_ma
     git("commit", "-qm", "results")
     assert git("rev-parse", "HEAD") != code_commit
     assert git_state.__wrapped__(str(code)) == made == {"source_commit": code_commit, "dirty": False}
+    readme.write_text("the sub-project, documented\n")  # a sub-project's README or tests: not what a run computes
+    git("commit", "-qam", "docs")
+    assert git_state.__wrapped__(str(code)) == made
     code.write_text("x = 2\n")
     assert git_state.__wrapped__(str(code)) == {"source_commit": code_commit, "dirty": True}
 

@@ -2,6 +2,7 @@
 
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -186,3 +187,48 @@ def test_a_key_added_at_its_identity_default_resumes_an_older_checkpoint(tmp_pat
     assert train(config(tmp_path, resume=True, precision="float32", **added))["epochs"] == 3
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["identity"]
     assert "precision" not in saved and "identity_defaults.precision" not in saved
+
+
+def test_an_offline_wandb_run_keeps_its_id_beside_the_checkpoint_and_resumes_it(tmp_path, monkeypatch):
+    """Issue 34: W&B draws a random run id, so the id lives in ``checkpoint.pt.wandb-id`` (ignored by git
+    and DVC), not in the checkpoint. Two makings of one run with W&B offline write byte-identical
+    checkpoints, and a resumed run continues its W&B run (the real ``wandb``, offline)."""
+    pytest.importorskip("wandb")
+    from rambo.harness.run import wandb_id_path
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+
+    def make(out, **extra):
+        random.seed(0), np.random.seed(0), torch.manual_seed(0)
+        cfg = config(out, wandb={"mode": "offline", "project": "p"}, **extra)
+        cfg.resume_may_change += ["output_dir", "metrics_path", "curve_path", "checkpoint_path"]
+        return train(cfg, epochs=2)
+
+    make(tmp_path / "a")
+    make(tmp_path / "b", max_epochs_this_run=1)
+    first_id = wandb_id_path(tmp_path / "b" / "checkpoint.pt").read_text().strip()
+    assert first_id and first_id != wandb_id_path(tmp_path / "a" / "checkpoint.pt").read_text().strip()
+    make(tmp_path / "b", resume=True)
+    assert wandb_id_path(tmp_path / "b" / "checkpoint.pt").read_text().strip() == first_id
+    offline_runs = sorted(p.name for p in (tmp_path / "b" / "wandb").glob("offline-run-*"))
+    # W&B's folder per invocation: offline-run-<time>-<id>, with "-1" added when one second holds two
+    assert len(offline_runs) == 2 and all(re.search(rf"-{first_id}(-\d+)?$", name) for name in offline_runs)
+    make(tmp_path / "c")  # the same run as "a", made again: another W&B id, the same checkpoint
+    assert (
+        wandb_id_path(tmp_path / "c" / "checkpoint.pt").read_text()
+        != wandb_id_path(tmp_path / "a" / "checkpoint.pt").read_text()
+    )
+    assert (tmp_path / "a" / "checkpoint.pt").read_bytes() == (tmp_path / "c" / "checkpoint.pt").read_bytes()
+    assert "wandb_id" not in torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=True)
+
+
+def test_a_checkpoint_that_holds_its_wandb_id_still_resumes_that_wandb_run(tmp_path):
+    """Checkpoints written before the side file keep ``wandb_id`` inside: it is still continued."""
+    from rambo.harness.run import saved_wandb_id, wandb_id_path
+
+    checkpoint = tmp_path / "checkpoint.pt"
+    assert saved_wandb_id(checkpoint, {"wandb_id": "old123"}) == "old123"
+    assert saved_wandb_id(checkpoint, {}) is None
+    wandb_id_path(checkpoint).write_text("new456\n")
+    assert saved_wandb_id(checkpoint, {"wandb_id": "old123"}) == "new456"

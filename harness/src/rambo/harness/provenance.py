@@ -26,9 +26,10 @@ import torch
 
 DISTRIBUTIONS = ("rambo-core", "rambo-harness", "rambo-retrieval", "rambo-detection")
 LIBRARIES = ("torch", "torchvision", "numpy")
-# The folders of the repository whose edits change what a run computes (the sub-projects' code and
-# configs); results/, figures/out/ and dvc.lock change *because* runs ran, and do not count.
-SOURCE_FOLDERS = ("core", "harness", "retrieval", "detection")
+# The folders of the repository whose edits change what a run computes: the sub-projects' packages,
+# code and configs (the run stages' DVC deps). Their tests, READMEs and benchmarks do not, nor do
+# results/, figures/out/ and dvc.lock, which change *because* runs ran.
+SOURCE_FOLDERS = ("core/src", "harness/src", "retrieval/src", "detection/src")
 
 
 def _version(name: str) -> str | None:

@@ -20,6 +20,9 @@ claims are given back in :meth:`TrainingRun.finish` (and at exit).
 W&B: one run per seed in the group ``<profile>/<experiment>`` (:func:`wandb_group`), its config the
 run's flat ``wandb_keys`` (task, dataset, loss_name, lambda, margin, tau, seed: what a dashboard
 filters on) beside ``profile`` and the whole config, its summary the headline numbers and metrics.
+A resumed run continues its W&B run: the id is kept in a file beside the checkpoint
+(:func:`wandb_id_path`), not in it, because W&B draws a random id per run and a checkpoint must
+be the same bytes whenever the same run is made again (DVC hashes it: issue 34).
 The metrics and the W&B config carry the run's provenance (:mod:`.provenance`: code, libraries,
 machine, threads, profile).
 """
@@ -33,7 +36,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from .atomic import write_json
+from .atomic import write_json, write_text
 from .checkpoint import rng_states, save_checkpoint, set_rng_states
 from .claim import FolderClaimedError, claim_folders
 from .distributed import barrier
@@ -56,6 +59,22 @@ def homogeneous(records: list[dict]) -> list[dict]:
 #: The config keys that say where this run's own files are (absolute paths under Hydra):
 #: left out of the config a checkpoint holds, which is read for what the run was (model, data).
 RUN_FILE_KEYS = ("output_dir", "metrics_path", "headline_path", "curve_path", "checkpoint_path")
+
+
+def wandb_id_path(checkpoint_path: str | Path) -> Path:
+    """Where a run keeps its W&B run id: ``<checkpoint>.wandb-id`` beside the checkpoint (git and DVC
+    ignore it: ``.gitignore``, ``.dvcignore``)."""
+    checkpoint_path = Path(checkpoint_path)
+    return checkpoint_path.with_name(checkpoint_path.name + ".wandb-id")
+
+
+def saved_wandb_id(checkpoint_path: str | Path, state: Mapping) -> str | None:
+    """The W&B run id to continue when resuming ``state`` from ``checkpoint_path``: the side file's,
+    else the one a checkpoint written before the side file existed holds, else ``None`` (a new W&B run)."""
+    try:
+        return wandb_id_path(checkpoint_path).read_text().strip() or None
+    except FileNotFoundError:
+        return state.get("wandb_id")
 
 
 def placeless(config: Mapping) -> dict:
@@ -133,7 +152,8 @@ class TrainingRun:
             for name, target in self.stateful.items():
                 target.load_state_dict(state["state"][name])
             set_rng_states(state["rng"])
-            self.epoch, self.curve, wandb_id = state["epoch"], state["curve"], state.get("wandb_id")
+            self.epoch, self.curve = state["epoch"], state["curve"]
+            wandb_id = saved_wandb_id(self.checkpoint_path, state) if is_main else None
             self.extra.update(state["extra"])
         self.wandb = None
         if is_main:
@@ -148,6 +168,8 @@ class TrainingRun:
                 job_type=cfg.wandb.get("job_type", "train"),
                 run_id=wandb_id,
             )
+            if self.wandb is not None:  # before any checkpoint it belongs to (also an older checkpoint's id)
+                write_text(wandb_id_path(self.checkpoint_path), f"{self.wandb.id}\n")
 
     def epochs(self, total: int) -> Iterator[int]:
         """The epochs (1-based) this invocation trains: from the one after the checkpoint's up to
@@ -186,7 +208,6 @@ class TrainingRun:
                     "rng": rng_states(),
                     "config": placeless(self.config),
                     "identity": self.identity,
-                    "wandb_id": self.wandb.id if self.wandb else None,
                 },
                 self.checkpoint_path,
             )
