@@ -226,7 +226,8 @@ def test_a_committed_tiny_reproduction_reproduces_itself_in_a_fresh_clone(workdi
     not_retrained = [s for s in runs if f"Running stage '{s}'" not in output]
     assert not not_retrained, f"stages not rerun in the second clone: {not_retrained}"
     logged = list((second / "results" / "runs").glob("*/*/seed*/wandb/offline-run-*"))
-    ids = list((second / "results" / "runs").glob("*/*/seed*/*.wandb-id"))
+    # the pipeline keeps checkpoints (and so the W&B id beside each) in results/checkpoints, not in the run folder
+    ids = list((second / "results" / "checkpoints").glob("*/*/seed*/checkpoint.pt.wandb-id"))
     assert logged and ids, "the runs did not log to W&B offline: the check below would not see W&B's files"
 
     problems = []
