@@ -47,7 +47,7 @@ test-slow: install ## run the tests marked slow as well
 	$(PY) -m pytest -m "not slurm" $(TEST_DIRS)
 
 .PHONY: test-reproduce
-test-reproduce: install ## a fresh clone runs `make reproduce PROFILE=tiny` and commits it; a fresh clone of that commit retrains every run: git status must be clean and a second dvc repro run nothing (issue 34; tests/test_clean_reproduce.py, marker `reproduce`, also `slow`: about 5 minutes on 2 cores); CI runs it
+test-reproduce: install ## a fresh clone runs `make reproduce PROFILE=tiny` and commits it; a fresh clone of that commit retrains every run: git status must be clean and a second dvc repro run nothing (issue 34; tests/test_clean_reproduce.py, marker `reproduce`, also `slow`: about 10 minutes on 2 cores, two tiny reproductions of about 5 each); CI runs it
 	$(PY) -m pytest -s -m reproduce tests/test_clean_reproduce.py
 
 test-slurm: install ## the cluster path on a real single-node SLURM started on this host (Debian's slurm-wlm and munge, installed when missing and root; else skipped, saying what to install): sweeps, the pipeline with the SLURM launcher, preemption, a time limit, two SLURM tasks, two jobs in one folder; CI runs it
