@@ -132,6 +132,24 @@ def test_mean_pairwise_cosine_against_every_pair():
         mean_pairwise_cosine(np.ones((1, 3)))
 
 
+def test_mean_pairwise_cosine_is_the_same_float_in_any_row_order_and_memory_layout():
+    """Its sums are correctly rounded, so the value depends on the embeddings alone: the same bits for
+    the rows in another order, in column-major memory or at another offset (what a vectorised sum or
+    a BLAS dot does not promise, and a rerun's metrics.json must be byte-identical)."""
+    rng = np.random.default_rng(5)
+    embeddings = (rng.normal(size=(3001, 67)) + 0.3).astype(np.float32)
+    value = mean_pairwise_cosine(embeddings)
+    for order in (rng.permutation(len(embeddings)) for _ in range(3)):
+        assert mean_pairwise_cosine(embeddings[order]) == value
+    assert mean_pairwise_cosine(np.asfortranarray(embeddings)) == value
+    shifted = np.empty(embeddings.size + 1, dtype=np.float32)[1:].reshape(embeddings.shape)
+    shifted[...] = embeddings
+    assert mean_pairwise_cosine(shifted) == value
+    assert mean_pairwise_cosine(torch.from_numpy(embeddings)) == value
+    with pytest.raises(ValueError, match=r"embeddings \[n, D\]"):
+        mean_pairwise_cosine(np.ones(4))
+
+
 def test_the_torch_search_finds_faiss_neighbours_and_metrics():
     """Issue 23: the exact top-k in torch (chosen for a GPU that faiss does not see) against faiss."""
     from rambo.retrieval.evaluate import neighbour_relevance, search_backend

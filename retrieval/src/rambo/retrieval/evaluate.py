@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 
 import numpy as np
 import torch
@@ -272,13 +273,21 @@ def mean_pairwise_cosine(embeddings) -> float:
     1.0 when every embedding points the same way (collapsed), about 0 for spread-out ones.
 
     ``sum_{i != j} u_i . u_j = |sum_i u_i|^2 - n`` for unit vectors ``u_i``: O(n D), no n x n matrix.
+    Every sum is correctly rounded (``math.fsum``), so the value is a function of the embeddings
+    alone: not of the order of the rows, numpy's SIMD width or the BLAS kernel a CPU gets (a BLAS dot
+    and numpy's vectorised norms gave values one ulp apart on two AMD EPYC machines from the same
+    embeddings, and a run's ``metrics.json`` must be byte-identical when its run is made again).
     """
-    unit = _normalise(np.asarray(embeddings, dtype=np.float64))
-    n = unit.shape[0]
+    x = np.asarray(embeddings, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"the mean pairwise cosine needs embeddings [n, D], got shape {x.shape}")
+    n = x.shape[0]
     if n < 2:
         raise ValueError(f"the mean pairwise cosine needs at least 2 embeddings, got {n}")
-    total = unit.sum(axis=0)
-    return float((total @ total - n) / (n * (n - 1)))
+    norms = np.array([math.sqrt(math.fsum(row)) for row in (x * x).tolist()])
+    unit = x / np.maximum(norms, 1e-12)[:, None]
+    total = np.array([math.fsum(column) for column in unit.T.tolist()])
+    return float((math.fsum((total * total).tolist()) - n) / (n * (n - 1)))
 
 
 def evaluate_model(
