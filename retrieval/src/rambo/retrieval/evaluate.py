@@ -274,9 +274,10 @@ def mean_pairwise_cosine(embeddings) -> float:
 
     ``sum_{i != j} u_i . u_j = |sum_i u_i|^2 - n`` for unit vectors ``u_i``: O(n D), no n x n matrix.
     Every sum is correctly rounded (``math.fsum``), so the value is a function of the embeddings
-    alone: not of the order of the rows, numpy's SIMD width or the BLAS kernel a CPU gets (a BLAS dot
-    and numpy's vectorised norms gave values one ulp apart on two AMD EPYC machines from the same
-    embeddings, and a run's ``metrics.json`` must be byte-identical when its run is made again).
+    alone: not of the order of the rows, numpy's SIMD width or the BLAS kernel a CPU gets (with a
+    vectorised norm, sum and BLAS dot, the machines of two sessions, both AMD EPYC with AVX-512, gave
+    values one ulp apart from runs whose other numbers agreed bit for bit; a run's ``metrics.json``
+    must be byte-identical when its run is made again).
     """
     x = np.asarray(embeddings, dtype=np.float64)
     if x.ndim != 2:
