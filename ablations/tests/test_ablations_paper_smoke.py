@@ -2,6 +2,7 @@
 and accepts the same files only through the SHA256SUMS the smoke writes and its profile names."""
 
 import hashlib
+import os
 import shlex
 from pathlib import Path
 
@@ -56,3 +57,18 @@ def test_stand_in_weights_are_refused_by_the_official_hashes_and_pass_by_their_s
             assert f"{item.path} has SHA-256 {found}, expected {item.filename[-12:-4]}" in str(refused.value)
         assert stage.check_weights(rows, overrides, sums) == [item.path for item in needed]
     assert "not its official one" in capsys.readouterr().err
+
+
+def test_footprint_counts_a_hard_linked_file_once_and_follows_no_symbolic_link(tmp_path):
+    """What a passing smoke reports (and frees) is the disk its copy took, as ``du`` counts it."""
+    copy = tmp_path / "repo"
+    (copy / "results").mkdir(parents=True)
+    (copy / "results" / "checkpoint.pt").write_bytes(os.urandom(1_000_000))
+    os.link(copy / "results" / "checkpoint.pt", copy / "linked.pt")
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(os.urandom(5_000_000))
+    (copy / "data").symlink_to(tmp_path, target_is_directory=True)
+    (copy / "weights.bin").symlink_to(outside)
+    counted = paper_smoke.footprint_bytes(copy)
+    assert 1_000_000 <= counted < 1_100_000  # one file's blocks, neither the link's target nor the linked folder
+    assert paper_smoke.footprint_bytes(tmp_path) >= 6_000_000

@@ -6,8 +6,13 @@ In-shop and VOC 2007/2012 with their ``MD5SUMS`` into ``data/stand-in``, and sma
 the ImageNet weights the paper's rows load with their ``SHA256SUMS`` (the pipeline runs with
 ``TORCH_HOME=data/stand-in/torch``, whose hub cache holds them), selects the ``paper-smoke``
 profile, runs ``dvc repro``, then checks that a second ``dvc repro`` runs nothing
-and that every table cell the profile names is filled. It prints the wall time and the stages run,
-and writes them to ``build/paper-smoke/summary.json``.
+and that every table cell the profile names is filled. It prints the wall time, the stages run and
+the disk the copy took, and writes them to ``build/paper-smoke/summary.json``.
+
+The copy holds the paper models' checkpoints (:data:`NEEDED_GB`), which nothing reads once the
+checks are done: a passing smoke deletes it (``--keep`` keeps it), so the disk is free again for
+whatever runs next (CI's later steps, a login node's other users); a failing one keeps it to be
+looked at, and the next smoke deletes it before it starts.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ from .checkout import REPO
 
 BIN = Path(sys.executable).parent
 GENERATED = ("results", "figures/out", "data", "dvc.lock", "params.yaml")  # made by the pipeline, not copied
-KEPT = ("results/draws",)
-# What a paper-smoke copy writes: the paper's models' checkpoints (ResNet-50/101, ResNeXt-101 with
-# optimiser state: about 10 GB for the 40 stages) and stand-in data; measured 9.9 GB (issue 21).
-NEEDED_GB = 11  # under GENERATED but an input: the committed runs of other machines (tables' second draw)
+KEPT = ("results/draws",)  # under GENERATED but an input: the committed runs of other machines (tables' second draw)
+# What a paper-smoke copy writes: the paper models' checkpoints with their optimiser state (16
+# retrieval ResNet-50s with Adam, 282 MB each; 7 Faster R-CNN R50, 317 MB; 2 R101 and 2 X101,
+# 460 MB) and small stand-in data: 9.0 GB measured at the end of a smoke (``disk_gb`` of its
+# summary), plus one checkpoint's temporary file while it is written atomically.
+NEEDED_GB = 10
 STAND_IN_TORCH_HOME = (
     "data/stand-in/torch"  # TORCH_HOME of the smoke's pipeline: its hub cache holds the stand-in weights
 )
@@ -129,10 +136,26 @@ def filled_cells(repo: Path) -> tuple[int, list[str]]:
     return filled, sorted(named - used)
 
 
+def footprint_bytes(folder: Path) -> int:
+    """The disk ``folder`` takes, as ``du`` counts it: allocated blocks of every file under it, a
+    file with several hard links once, symbolic links not followed."""
+    seen, total = set(), 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            facts = os.lstat(os.path.join(root, name))
+            if (facts.st_dev, facts.st_ino) not in seen:
+                seen.add((facts.st_dev, facts.st_ino))
+                total += facts.st_blocks * 512
+    return total
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "build" / "paper-smoke", help="scratch folder")
     parser.add_argument("--profile", default="paper-smoke")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the scratch copy (its checkpoints, runs, tables) after a pass"
+    )
     args = parser.parse_args(argv)
     # The paper experiments must be the paper's before they are smoke-run (ablations/paper_settings.yaml).
     from rambo.ablations import paper_settings
@@ -176,18 +199,28 @@ def main(argv: list[str] | None = None) -> int:
         "table_cells_missing": missing,
         "weights_checked": sorted(checked),
         "weights_unchecked": unchecked,
+        "disk_gb": round(footprint_bytes(repo) / 1e9, 2),
     }
+    failed = bool(rerun or missing or not filled or unchecked)
+    summary["copy_kept"] = str(repo) if failed or args.keep else None
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(
         f"\n{args.profile}: {len(stages)} stages in {seconds:.0f} s; {filled} table cells filled; "
-        f"second dvc repro ran {len(rerun)} stages; summary: {args.out / 'summary.json'}"
+        f"second dvc repro ran {len(rerun)} stages; the copy took {summary['disk_gb']} GB of disk; "
+        f"summary: {args.out / 'summary.json'}"
     )
-    if rerun or missing or not filled or unchecked:
+    if failed:
         print(
-            f"FAILED: second repro ran {rerun}; runs in no table cell: {missing}; weights not checked: {unchecked}",
+            f"FAILED: second repro ran {rerun}; runs in no table cell: {missing}; weights not checked: {unchecked}. "
+            f"The copy is kept to be looked at: {repo}",
             file=sys.stderr,
         )
         return 1
+    if args.keep:
+        print(f"the copy is kept (--keep): {repo}")
+    else:
+        shutil.rmtree(repo)
+        print(f"the copy is deleted ({summary['disk_gb']} GB free again; --keep keeps it)")
     return 0
 
 
