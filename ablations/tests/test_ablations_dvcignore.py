@@ -25,3 +25,19 @@ def test_logs_and_hydra_records_are_out_of_the_output_hashes_and_results_are_in(
     logs = [f"{run}/train.log", f"{run}/.hydra/config.yaml", "results/runs/retrieval/synthetic_log/multirun.yaml"]
     kept = [f"{run}/metrics.json", f"{run}/curve.json", f"{run}/headline.json"]
     assert dvc_ignores(logs + kept) == set(logs)
+
+
+@pytest.mark.skipif(not (ROOT / ".dvc").is_dir(), reason="not a DVC checkout")
+def test_the_draws_text_is_out_of_the_tables_stage_hash_and_their_runs_are_in():
+    """``results/draws`` is a dep of the tables stage: its README and each draw's own tables are text
+    to read, so an edit of them leaves ``dvc.lock`` as it is; what the stage reads stays in."""
+    text = [
+        "results/draws/README.md",
+        "results/draws/portable-kernels/claims.md",
+        "results/draws/portable-kernels/tables.md",
+    ]
+    read = [
+        "results/draws/portable-kernels/runs/retrieval/synthetic_log/seed0/metrics.json",
+        "results/draws/portable-kernels/fig2_minibatch_map.json",
+    ]
+    assert dvc_ignores(text + read) == set(text)
