@@ -80,6 +80,25 @@ def job_ids(sweep_dir: Path) -> list[str]:
     return sorted(path.name for path in (sweep_dir / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", path.name))
 
 
+# What the launcher prints when a job's first attempt reported a DataLoader worker killed at a requeue
+# as its result (test c): torch's message for a worker found dead while the training process waited on it.
+KILLED_WORKER = re.compile(r"RuntimeError: DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly")
+
+
+def wait_for_job(cluster, job: str, timeout: float) -> str:
+    """Wait until SLURM's job ``job`` leaves the pending and running states (its requeues included);
+    its final state (``COMPLETED``, ``FAILED``, ...)."""
+    deadline = time.time() + timeout
+    while True:
+        shown = subprocess.run(["scontrol", "show", "job", job], env=cluster.env, capture_output=True, text=True).stdout
+        found = re.search(r"JobState=(\S+)", shown)
+        assert found, shown
+        if found.group(1) not in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "REQUEUE_HOLD"):
+            return found.group(1)
+        assert time.time() < deadline, shown
+        time.sleep(1)
+
+
 def restarts(cluster, job: str) -> int:
     shown = subprocess.run(["scontrol", "show", "job", job], env=cluster.env, capture_output=True, text=True).stdout
     found = re.search(r"Restarts=(\d+)", shown)
@@ -242,7 +261,12 @@ def test_a_run_requeued_while_it_trains_resumes_to_the_metrics_of_an_uninterrupt
     subprocess.run(["scontrol", "requeue", job], env=cluster.env, check=True, capture_output=True)
     requeued_at = time.time() - started
     process.wait(timeout=900)
-    assert process.returncode == 0, (shared / "preempted.log").read_text()[-3000:]
+    launcher_said = (shared / "preempted.log").read_text()
+    known_race = process.returncode != 0 and KILLED_WORKER.search(launcher_said) is not None
+    if known_race:  # the launcher read the first attempt's failure; the requeued attempt still runs: wait for it
+        assert wait_for_job(cluster, job, timeout=900) == "COMPLETED", launcher_said[-3000:]
+    else:
+        assert process.returncode == 0, launcher_said[-3000:]
     assert restarts(cluster, job) == 1
     log = "".join(job_logs(sweep_dir).values())
     resumed = re.findall(r"resuming \S+ from epoch (\d+)", log)
@@ -252,6 +276,13 @@ def test_a_run_requeued_while_it_trains_resumes_to_the_metrics_of_an_uninterrupt
         f"\n(c) preemption: scontrol requeue at {requeued_at:.0f} s; resumed from epoch {resumed[-1]} of 160; finished at "
         f"{time.time() - started:.0f} s with the metrics of the uninterrupted run"
     )
+    if known_race:
+        pytest.xfail(
+            "the requeued job resumed and finished with the uninterrupted run's metrics, but the launcher exited 1: "
+            "at the requeue a DataLoader worker died before the training process (srun answered SLURM's SIGTERM "
+            "with 'forcing job termination'), the first attempt reported that failure as its result and the launcher "
+            "read it before the requeued attempt replaced it (a known defect: see the README's SLURM section)"
+        )
 
 
 @pytest.mark.xfail(
