@@ -85,25 +85,29 @@ def job_ids(sweep_dir: Path) -> list[str]:
 KILLED_WORKER = re.compile(r"RuntimeError: DataLoader worker \(pid\(s\) [\d, ]+\) exited unexpectedly")
 
 
+ACTIVE_STATES = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "REQUEUE_HOLD")  # scontrol's JobState
+
+
 def wait_for_job(cluster, job: str, timeout: float) -> str:
     """Wait until SLURM's job ``job`` leaves the pending and running states (its requeues included);
     its final state (``COMPLETED``, ``FAILED``, ...)."""
     deadline = time.time() + timeout
-    while True:
-        shown = subprocess.run(["scontrol", "show", "job", job], env=cluster.env, capture_output=True, text=True).stdout
-        found = re.search(r"JobState=(\S+)", shown)
-        assert found, shown
-        if found.group(1) not in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "REQUEUE_HOLD"):
-            return found.group(1)
-        assert time.time() < deadline, shown
+    while (state := job_field(cluster, job, "JobState")) in ACTIVE_STATES:
+        assert time.time() < deadline, f"job {job} still {state} after {timeout:.0f} s"
         time.sleep(1)
+    return state
+
+
+def job_field(cluster, job: str, name: str) -> str:
+    """One field of ``scontrol show job`` (e.g. ``JobState``, ``Restarts``)."""
+    shown = subprocess.run(["scontrol", "show", "job", job], env=cluster.env, capture_output=True, text=True).stdout
+    found = re.search(rf"\b{name}=(\S+)", shown)
+    assert found, shown
+    return found.group(1)
 
 
 def restarts(cluster, job: str) -> int:
-    shown = subprocess.run(["scontrol", "show", "job", job], env=cluster.env, capture_output=True, text=True).stdout
-    found = re.search(r"Restarts=(\d+)", shown)
-    assert found, shown
-    return int(found.group(1))
+    return int(job_field(cluster, job, "Restarts"))
 
 
 @pytest.fixture(scope="module")
