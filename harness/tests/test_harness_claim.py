@@ -143,3 +143,96 @@ def test_release_leaves_a_claim_that_is_not_ours(tmp_path):
     (tmp_path / CLAIM_NAME).write_text(json.dumps({**holder_record("theirs")}))
     claim.release()
     assert json.loads((tmp_path / CLAIM_NAME).read_text())["run"] == "theirs"
+
+
+def gated_worker(folder, run, hold, tmp_path, gates=None):
+    """A claim_worker.py process for ``run`` that claims ``folder`` at once; with ``gates`` it
+    stops at each point of a takeover until the test lets it go on (see claim_worker.py)."""
+    env = dict(os.environ, CLAIM_WORKER_GATES=str(gates)) if gates else dict(os.environ)
+    result = tmp_path / f"{run}.result"
+    command = [sys.executable, str(WORKER), str(folder), run, "0", str(hold), str(result)]
+    return subprocess.Popen(command, env=env), result
+
+
+def wait_until(condition, what, processes):
+    """Wait for ``condition()``; fail (not hang) if it never holds or a worker died with an error."""
+    deadline = time.monotonic() + 120
+    while not condition():
+        crashed = [process.args for process in processes if process.poll() not in (None, 0, 3)]
+        assert not crashed and time.monotonic() < deadline, f"waiting for {what}: {crashed or 'timeout'}"
+        time.sleep(0.01)
+
+
+def claim_of_a_killed_run(folder, tmp_path):
+    process, result = gated_worker(folder, "killed", -1, tmp_path)
+    assert process.wait(timeout=60) == 0 and result.read_text() == "claimed"
+    return json.loads((folder / CLAIM_NAME).read_text())
+
+
+def test_a_takeover_descheduled_at_each_step_leaves_exactly_one_owner(tmp_path):
+    """The race of a stale claim's takeover, replayed in order with real processes: A finds the claim
+    of a killed run stale and is descheduled; B takes that claim over; A goes on (and, when a takeover
+    moved the claim aside and put back what it had not meant to take, A moved B's claim aside and was
+    descheduled again; C claimed the empty name; A's put-back failed and deleted B's claim: B and C
+    both held the folder). Exactly one run holds it, the claim file names that run, and every other
+    run is refused with its name."""
+    folder, gates, release = tmp_path / "run", tmp_path / "gates", tmp_path / "release"
+    gates.mkdir()
+    claim_of_a_killed_run(folder, tmp_path)
+    a, a_result = gated_worker(folder, "A", release, tmp_path, gates)
+    wait_until((gates / "A.stale").exists, "A to find the claim stale", [a])
+    b, b_result = gated_worker(folder, "B", release, tmp_path)
+    wait_until(b_result.exists, "B to claim", [a, b])
+    for point in ("stale", "lock"):
+        (gates / f"A.{point}.go").touch()
+    wait_until(lambda: (gates / "A.verified").exists() or a_result.exists(), "A to go on", [a, b])
+    c, c_result = gated_worker(folder, "C", release, tmp_path)  # arrives while A is where the gap was
+    wait_until(c_result.exists, "C to claim", [a, b, c])
+    (gates / "A.verified.go").touch()
+    wait_until(a_result.exists, "A to end", [a, b, c])
+
+    results = {name: path.read_text() for name, path in (("A", a_result), ("B", b_result), ("C", c_result))}
+    assert [name for name, text in results.items() if text == "claimed"] == ["B"], results
+    assert json.loads((folder / CLAIM_NAME).read_text())["run"] == "B"
+    for name in ("A", "C"):
+        assert results[name].startswith(f"refused: {folder} is claimed by run 'B' "), results[name]
+    release.touch()
+    assert [process.wait(timeout=60) for process in (a, b, c)] == [3, 0, 3]
+    assert sorted(path.name for path in folder.iterdir()) == []  # no claim, lock or temporary file left
+
+
+def test_of_runs_taking_over_one_stale_claim_at_once_exactly_one_does(tmp_path):
+    """A has checked, under the takeover lock, that the claim is still the killed run's, and is
+    descheduled there; B found the same claim stale and waits for the lock; C arrives and finds the
+    stale claim still in place (never a missing one). A takes it over; B and C, getting the lock
+    after A, find A's claim and are refused."""
+    folder, gates, release = tmp_path / "run", tmp_path / "gates", tmp_path / "release"
+    gates.mkdir()
+    stale = claim_of_a_killed_run(folder, tmp_path)
+    a, a_result = gated_worker(folder, "A", release, tmp_path, gates)
+    b, b_result = gated_worker(folder, "B", release, tmp_path, gates)
+    workers = [a, b]
+    for run in ("A", "B"):
+        wait_until((gates / f"{run}.stale").exists, f"{run} to find the claim stale", workers)
+    (gates / "A.stale.go").touch(), (gates / "A.lock.go").touch()
+    wait_until((gates / "A.verified").exists, "A to hold the lock", workers)
+    (gates / "B.stale.go").touch(), (gates / "B.lock.go").touch()
+    wait_until((gates / "B.lock").exists, "B to wait for the lock", workers)
+    assert json.loads((folder / CLAIM_NAME).read_text()) == stale  # still there while A holds the lock
+    c, c_result = gated_worker(folder, "C", release, tmp_path, gates)
+    workers.append(c)
+    for point in ("stale", "lock", "verified"):
+        (gates / f"C.{point}.go").touch()
+    wait_until((gates / "C.lock").exists, "C to find the claim stale and wait for the lock", workers)
+    (gates / "A.verified.go").touch()
+    (gates / "B.verified.go").touch()
+    for result in (a_result, b_result, c_result):
+        wait_until(result.exists, f"{result.stem} to end", workers)
+
+    results = {path.stem: path.read_text() for path in (a_result, b_result, c_result)}
+    assert [name for name, text in results.items() if text == "claimed"] == ["A"], results
+    assert json.loads((folder / CLAIM_NAME).read_text())["run"] == "A"
+    assert not (gates / "B.verified").exists() and not (gates / "C.verified").exists()
+    release.touch()
+    assert [process.wait(timeout=60) for process in workers] == [0, 3, 3]
+    assert sorted(path.name for path in folder.iterdir()) == []

@@ -24,11 +24,20 @@ is recovered:
 Any other holder is alive, or may be: :class:`FolderClaimedError` names the folder and the run that
 holds it, and nothing is written. A holder on another host that died without a scheduler to
 requeue it cannot be told from a live one; the error says which file to delete then.
+
+A stale claim is taken over in one step: under a lock on ``<folder>/.rambo-run.claim.lock``
+(``flock``; NFS clients map it to a lock on the server), the claim file is read again, and only if
+it still is the stale holder's is it replaced by this run's (``rename(2)`` over it). The claim file
+never goes missing on the way, so a run arriving meanwhile finds a claim and is refused (or waits
+for the lock to take over the same stale claim, and then finds it taken), and no run can remove a
+claim it did not mean to. The lock file lives only while the lock is held.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -43,6 +52,38 @@ log = logging.getLogger(__name__)
 
 class FolderClaimedError(RuntimeError):
     """Another run holds a folder this run would write into."""
+
+
+def _pause(point: str) -> None:
+    """A point of a takeover where a test's worker process waits (``claim_worker.py``) to replay an
+    unlucky scheduling: ``"stale"`` (a claim was found stale), ``"lock"`` (about to take the
+    takeover lock) and ``"verified"`` (under the lock, the claim is still the stale one). Nothing here."""
+
+
+@contextlib.contextmanager
+def _takeover_lock(folder: Path):
+    """Hold the exclusive lock of ``folder``'s claim takeovers; its file is removed when it is given
+    back. A process that waited on a file removed meanwhile finds that out (the path names another
+    file, or none) and locks the path's file anew."""
+    path = folder / f"{CLAIM_NAME}.lock"
+    while True:
+        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                if os.stat(path).st_ino == os.fstat(handle).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+        except BaseException:
+            os.close(handle)
+            raise
+        os.close(handle)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # still locked: no one else can hold this file meanwhile
+        os.close(handle)
 
 
 def _process_start(pid: int) -> str | None:
@@ -147,8 +188,9 @@ class FolderClaim:
                     reason = holder_is_gone(holder, self.me) if holder else None
                     if reason is None:
                         raise self._claimed(holder) from None
-                    self._remove_stale(holder, reason)
-                    continue
+                    _pause("stale")
+                    if not self._take_over(temporary, holder, reason):
+                        continue  # given back or taken by another run meanwhile: look again
                 self.held = True
                 atexit.register(self.release)
                 return self
@@ -165,24 +207,17 @@ class FolderClaim:
             f"no scheduler to requeue it), delete {self.path} and start again."
         )
 
-    def _remove_stale(self, holder: dict, reason: str) -> None:
-        """Move the claim file aside under a name of this process's and delete it if it still is
-        ``holder``'s; if another run took the claim in between, put its claim back."""
-        aside = self.folder / f"{CLAIM_NAME}.{self.me['token']}.stale"
-        try:
-            os.rename(self.path, aside)
-        except FileNotFoundError:
-            return
-        moved = _read(aside) or {}
-        if moved.get("token") == holder.get("token"):
-            aside.unlink(missing_ok=True)
-            log.warning("%s: took over the claim of %s: %s", self.folder, describe(holder), reason)
-            return
-        try:  # a live claim taken in between: give it back
-            os.link(aside, self.path)
-        except FileExistsError:
-            pass
-        aside.unlink(missing_ok=True)
+    def _take_over(self, temporary: Path, holder: dict, reason: str) -> bool:
+        """Replace the claim file by ``temporary`` (this run's record) if it still holds ``holder``'s
+        stale claim, in one step under the takeover lock; ``False`` when it no longer does."""
+        _pause("lock")
+        with _takeover_lock(self.folder):
+            if _read(self.path) != holder:
+                return False
+            _pause("verified")
+            os.replace(temporary, self.path)
+        log.warning("%s: took over the claim of %s: %s", self.folder, describe(holder), reason)
+        return True
 
     def release(self) -> None:
         """Give the claim back, if this run still holds it (a no-op otherwise)."""
