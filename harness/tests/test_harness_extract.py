@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 import io
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from rambo.harness.extract import ArchiveClashError, ArchiveError, UnsafeArchiveError, check_members, extract
+from rambo.harness.extract import (
+    ArchiveClashError,
+    ArchiveError,
+    ArchiveNotFoundError,
+    ArchiveTooLargeError,
+    InconsistentArchiveError,
+    NoSpaceError,
+    UnsafeArchiveError,
+    check_members,
+    extract,
+    remove_stale_staging,
+)
 from rambo.harness.testing import listing
 
 
@@ -294,3 +311,304 @@ def test_the_merge_never_writes_through_a_link_already_on_disk(tmp_path, target)
     with pytest.raises(ArchiveClashError, match="up"):
         extract(archive, target)
     assert not (tmp_path / "x.txt").exists() and listing(target) == ["kept.txt", "up"]
+
+
+# --- Members that contradict each other, special files: one named error each ---------------------------------
+
+DAMAGED = "nothing was extracted. The archive is damaged or not the expected file: delete it and download it again."
+
+INCONSISTENT_TARS = {
+    "hard-link-to-an-absent-name": (
+        [("ok.txt", b"ok"), ("copy", "hard", "absent.txt")],
+        "hard link 'copy' -> 'absent.txt' names no file stored before it in the archive",
+    ),
+    "hard-link-before-its-file": (
+        [("copy", "hard", "later.txt"), ("later.txt", b"x")],
+        "hard link 'copy' -> 'later.txt' names no file stored before it in the archive",
+    ),
+    "hard-link-to-a-folder": ([("d", "dir"), ("copy", "hard", "d")], "hard link 'copy' -> 'd' links to a folder"),
+    "hard-link-over-a-file": (
+        [("f", b"x"), ("g", b"y"), ("g", "hard", "f")],
+        "hard link 'g' -> 'f' would replace 'g', stored before it in the archive",
+    ),
+    "file-then-below-it": (
+        [("a", b"file"), ("a/b", b"sub")],
+        "member 'a/b' needs 'a' to be a folder, but the archive has 'a' as a file",
+    ),
+    "below-then-file": ([("a/b", b"sub"), ("a", b"file")], "member 'a' is a file, but the archive has 'a' as a folder"),
+    "folder-over-a-file": ([("a", b"file"), ("a", "dir")], "member 'a' is a folder, but the archive has 'a' as a file"),
+    "link-over-a-folder": (
+        [("d/x", b"x"), ("d", "sym", "e")],
+        "link 'd' -> 'e' would replace the folder 'd' of the archive",
+    ),
+    "below-a-link-to-a-file": (
+        [("f", b"x"), ("l", "sym", "f"), ("l/y", b"y")],
+        "member 'l/y' needs 'f' to be a folder, but the archive has 'f' as a file",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(INCONSISTENT_TARS))
+def test_members_that_contradict_each_other_are_one_named_error(tmp_path, target, kind):
+    members, problem = INCONSISTENT_TARS[kind]
+    archive = make_tar(tmp_path / "odd.tar", members)
+    with pytest.raises(InconsistentArchiveError) as error:
+        extract(archive, target)
+    assert str(error.value) == f"{archive}: {problem}; {DAMAGED}"
+    with pytest.raises(InconsistentArchiveError):
+        check_members(archive)
+    assert listing(target) == ["kept.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "odd.tar"]
+
+
+@pytest.mark.parametrize(
+    "members, problem",
+    [
+        ({"a": b"file", "a/b": b"sub"}, "member 'a/b' needs 'a' to be a folder, but the archive has 'a' as a file"),
+        ({"a/b": b"sub", "a": b"file"}, "member 'a' is a file, but the archive has 'a' as a folder"),
+        ({"a": b"file", "a/": b""}, "member 'a/' is a folder, but the archive has 'a' as a file"),
+    ],
+    ids=["file-then-below-it", "below-then-file", "folder-over-a-file"],
+)
+def test_zip_members_that_contradict_each_other_are_one_named_error(tmp_path, target, members, problem):
+    archive = make_zip(tmp_path / "odd.zip", members)
+    with pytest.raises(InconsistentArchiveError) as error:
+        extract(archive, target)
+    assert str(error.value) == f"{archive}: {problem}; {DAMAGED}"
+    assert listing(target) == ["kept.txt"]
+
+
+@pytest.mark.parametrize(
+    "kind, named", [("fifo", "a FIFO (a named pipe)"), ("chr", "a character device"), ("blk", "a block device")]
+)
+def test_special_files_are_named_for_what_they_are(tmp_path, target, kind, named):
+    archive = tmp_path / "special.tar"
+    with tarfile.open(archive, "w") as handle:
+        info = tarfile.TarInfo("ok.txt")
+        info.size = 2
+        handle.addfile(info, io.BytesIO(b"ok"))
+        info = tarfile.TarInfo("special")
+        info.type = {"fifo": tarfile.FIFOTYPE, "chr": tarfile.CHRTYPE, "blk": tarfile.BLKTYPE}[kind]
+        handle.addfile(info)
+    with pytest.raises(UnsafeArchiveError) as error:
+        extract(archive, target)
+    assert str(error.value) == (
+        f"{archive}: member 'special' is {named}, a special file that is never extracted; nothing was extracted"
+    )
+    assert listing(target) == ["kept.txt"]
+
+
+def test_a_member_that_cannot_be_written_is_a_named_error(tmp_path, target):
+    """A member below a link that points nowhere passes the check (it stays inside) and fails on disk."""
+    archive = make_tar(tmp_path / "dangling.tar", [("ok.txt", b"ok"), ("l", "sym", "nowhere"), ("l/y", b"y")])
+    with pytest.raises(ArchiveError) as error:
+        extract(archive, target)
+    assert str(error.value) == (
+        f"{archive}: member 'l/y' cannot be written to {target}/l/y (File exists); nothing was extracted. "
+        f"Check that {target} can be written; if it can, the archive is damaged: delete it and download it again."
+    )
+    assert listing(target) == ["kept.txt"]
+
+
+def test_a_missing_archive_is_a_named_error(tmp_path, target):
+    with pytest.raises(ArchiveNotFoundError) as error:
+        extract(tmp_path / "absent.tgz", target)
+    assert str(error.value) == (
+        f"{tmp_path / 'absent.tgz'} does not exist: there is no archive to extract; nothing was extracted. "
+        "Download it again, or put it there by hand."
+    )
+    assert isinstance(error.value, FileNotFoundError)
+    assert listing(target) == ["kept.txt"]
+
+
+# --- Limits on the declared sizes: a zip bomb, the free disk -------------------------------------------------
+
+
+def zeros_zip(path: Path, size: int) -> Path:
+    """A zip holding ``size`` zero bytes: about a thousandth of that on disk."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+        with archive.open("zeros.bin", "w") as member:
+            for _ in range(size >> 20):
+                member.write(bytes(1 << 20))
+    return path
+
+
+def test_a_zip_bomb_is_refused_by_the_default_ratio_limit(tmp_path, target):
+    archive = zeros_zip(tmp_path / "bomb.zip", 64 << 20)  # 64 MiB of zeros in about 64 KiB
+    size = archive.stat().st_size
+    assert size < 200_000
+    with pytest.raises(ArchiveTooLargeError) as error:
+        extract(archive, target)
+    ratio = (64 << 20) / size
+    assert re.fullmatch(
+        re.escape(f"{archive} declares 64.0 MiB of files in {size / 1024:.1f} KiB ({ratio:.0f} times its size), ")
+        + re.escape("more than the 16.0 MiB allowed (100 times its size, at least 16.0 MiB; ")
+        + r"\d+\.\d [KMGT]iB"
+        + re.escape(
+            f" free on the disk of {target}): a zip bomb or a damaged archive; nothing was extracted. "
+            "Delete it and download it again; extract it by hand only if you trust it."
+        ),
+        str(error.value),
+    )
+    assert listing(target) == ["kept.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bomb.zip", "data"]
+
+
+def test_the_ratio_limit_and_its_floor_are_parameters(tmp_path, target):
+    archive = zeros_zip(tmp_path / "zeros.zip", 2 << 20)
+    extract(archive, target)  # 2 MiB: below the floor, whatever its ratio
+    assert (target / "zeros.bin").stat().st_size == 2 << 20
+    (target / "zeros.bin").unlink()
+    with pytest.raises(
+        ArchiveTooLargeError, match=r"declares 2\.0 MiB of files in .*allowed \(10 times its size, at least 0 bytes;"
+    ):
+        extract(archive, target, max_ratio=10, ratio_floor=0)
+    assert listing(target) == ["kept.txt"]
+    extract(archive, target, max_ratio=None, ratio_floor=0)  # no ratio limit
+    assert (target / "zeros.bin").read_bytes() == bytes(2 << 20)
+
+
+def test_an_archive_larger_than_the_free_disk_is_refused(tmp_path, target):
+    archive = make_tar(tmp_path / "a.tar", [("top/a.bin", bytes(range(256)) * 4)])
+    reserve = shutil.disk_usage(target).free + (1 << 40)  # more than is free: no byte may be written
+    with pytest.raises(ArchiveTooLargeError) as error:
+        extract(archive, target, reserve=reserve)
+    assert re.fullmatch(
+        re.escape(f"{archive} declares 1.0 KiB of files, more than the limit of 0 bytes on the disk of {target} (")
+        + r"\d+\.\d [KMGT]iB free, less a reserve of \d+\.\d [KMGT]iB\); nothing was extracted\. "
+        + re.escape("Free space there, or extract it into a folder on a larger disk."),
+        str(error.value),
+    )
+    assert listing(target) == ["kept.txt"]
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Path:
+    """A folder on a file system of 1 MiB (a tmpfs: needs root; skipped elsewhere), unmounted after."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    try:
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True, text=True
+        )
+    except FileNotFoundError:
+        pytest.skip("no mount command here")
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a 1 MiB tmpfs here (root only): {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_the_disk_limit_is_the_free_space_less_the_reserve(tmp_path, small_disk):
+    target = small_disk / "data"
+    archive = make_tar(tmp_path / "a.tar", [("top/a.bin", os.urandom(900 << 10))])
+    assert shutil.disk_usage(small_disk).free == 1 << 20
+    with pytest.raises(ArchiveTooLargeError) as error:
+        extract(archive, target, reserve=256 << 10)
+    assert str(error.value) == (
+        f"{archive} declares 900.0 KiB of files, more than the limit of 768.0 KiB on the disk of {target} "
+        "(1.0 MiB free, less a reserve of 256.0 KiB); nothing was extracted. "
+        "Free space there, or extract it into a folder on a larger disk."
+    )
+    assert listing(small_disk) == []  # not even the target folder
+    extract(archive, target, reserve=64 << 10)
+    assert listing(target) == ["top", "top/a.bin"]
+
+
+def test_a_disk_that_fills_up_is_one_line_naming_the_file_and_the_space(tmp_path, small_disk):
+    target = small_disk / "data"
+    target.mkdir()
+    archive = make_tar(tmp_path / "a.tar", [("top/small.txt", b"small"), ("top/big.bin", os.urandom(2 << 20))])
+    with pytest.raises(NoSpaceError) as error:
+        extract(archive, target, reserve=None)  # no disk limit: the disk really fills up
+    assert str(error.value) == (
+        f"{archive}: no space left on the disk of {target} while writing {target}/top/big.bin: extracting it needs "
+        "2.0 MiB (the members' declared sizes, plus file system overhead), 1.0 MiB is free; nothing was extracted. "
+        "Free space there, or extract it into a folder on another disk."
+    )
+    assert listing(small_disk) == ["data"]  # the partial extraction is gone
+    assert shutil.disk_usage(small_disk).free == 1 << 20
+
+
+# --- A rerun removes the staging folder of a killed extraction -----------------------------------------------
+
+KILLED_EXTRACTION = """
+import sys, tarfile, time
+from rambo.harness.extract import extract
+
+write = tarfile.TarFile.makefile
+
+def write_then_hang(self, member, path):
+    write(self, member, path)
+    if member.name == "top/f1.bin":  # half of the archive is in the staging folder
+        print(path, flush=True)
+        time.sleep(600)
+
+tarfile.TarFile.makefile = write_then_hang
+extract(sys.argv[1], sys.argv[2])
+"""
+
+
+def test_a_rerun_removes_the_staging_folder_of_a_killed_extraction(tmp_path, target, capsys):
+    payload = {f"top/f{i}.bin": bytes([i]) * 5000 for i in range(4)}
+    archive = make_tar(tmp_path / "a.tar", list(payload.items()))
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_EXTRACTION, str(archive), str(target)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        written = Path(child.stdout.readline().strip())
+    finally:
+        child.kill()  # SIGKILL: no finally, no atexit
+        child.wait()
+        child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+    staging = target / written.relative_to(target).parts[0]
+    assert staging.name.startswith(".a.tar.extracting-") and written.read_bytes() == payload["top/f1.bin"]
+    host, pid, start, _ = staging.name.removeprefix(".a.tar.extracting-").rsplit("-", 3)
+    assert int(pid) == child.pid
+    # Beside it: another archive's staging folder, a file that is not a staging folder, and a staging
+    # folder of this archive whose process runs (this one): none of them is touched.
+    others = [
+        target / f".b.tar.extracting-{host}-{child.pid}-{start}-abcdefgh",
+        target
+        / f".a.tar.extracting-{host}-{os.getpid()}-{Path(f'/proc/{os.getpid()}/stat').read_text().rsplit(')', 1)[1].split()[19]}-abcdefgh",
+    ]
+    for folder in others:
+        folder.mkdir()
+        (folder / "partial.bin").write_bytes(b"partial")
+    (target / ".a.tar.extracting-notes").write_text("not a folder")
+
+    assert extract(archive, target) == [target / "top"]
+
+    assert not staging.exists()
+    assert f"removed {staging}: the staging folder of an extraction of a.tar whose process {child.pid} has ended" in (
+        capsys.readouterr().err
+    )
+    assert {f"top/{name}": (target / "top" / name).read_bytes() for name in sorted(os.listdir(target / "top"))} == (
+        payload
+    )
+    assert all((folder / "partial.bin").read_bytes() == b"partial" for folder in others)
+    assert listing(target) == sorted(
+        ["kept.txt", ".a.tar.extracting-notes", "top", *payload]
+        + [p for folder in others for p in (folder.name, f"{folder.name}/partial.bin")]
+    )
+
+
+def test_a_staging_folder_that_may_belong_to_a_running_extraction_is_left(tmp_path, target, capsys):
+    archive = make_tar(tmp_path / "a.tar", [("top/a.txt", b"a")])
+    elsewhere = target / ".a.tar.extracting-other-host.example-4242-123-abcdefgh"
+    unrecorded = target / ".a.tar.extracting-k2j4_x9q"  # made by a version that did not record its process
+    for folder in (elsewhere, unrecorded):
+        folder.mkdir()
+    assert remove_stale_staging(archive, target) == []
+    extract(archive, target)
+    assert elsewhere.is_dir() and unrecorded.is_dir() and (target / "top/a.txt").read_bytes() == b"a"
+    warnings = [
+        f"warning: {unrecorded} is left as it is: the staging folder of an extraction of a.tar by a process an "
+        f"earlier version did not record, which may still run; delete it if no extraction of a.tar into {target} runs",
+        f"warning: {elsewhere} is left as it is: the staging folder of an extraction of a.tar by process 4242 on "
+        f"other-host.example, which may still run; delete it if no extraction of a.tar into {target} runs",
+    ]
+    assert capsys.readouterr().err.splitlines() == warnings * 2  # by remove_stale_staging, then by extract
