@@ -145,7 +145,9 @@ class MPerClassBatchSampler(_EpochBatchSampler):
         if self.classes_per_batch > len(self.classes):
             raise ValueError(
                 f"a batch needs {self.classes_per_batch} distinct classes (batch_size {batch_size} / "
-                f"samples_per_class {samples_per_class}) but the labels have only {len(self.classes)}"
+                f"samples_per_class {samples_per_class}) but the labels have only {len(self.classes)}; lower the "
+                f"batch size: the largest that fits is batch_size={len(self.classes) * self.samples_per_class} "
+                f"({len(self.classes)} classes)"
             )
 
     def __iter__(self) -> Iterator[list[int]]:

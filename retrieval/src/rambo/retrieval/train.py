@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import shlex
 import time
 from pathlib import Path
 
@@ -34,6 +35,14 @@ from omegaconf import DictConfig
 from torchvision.transforms import PILToTensor
 
 from rambo.harness.checkpoint import save_checkpoint
+from rambo.harness.config_check import (
+    InputError,
+    named_on_command_line,
+    override_key,
+    stop,
+    stop_on_problems,
+    task_overrides,
+)
 from rambo.harness.distributed import ShardedBatchSampler, barrier, detect_setup, init_process_group, wrap_model
 from rambo.harness.engine_options import EngineOptions
 from rambo.harness.precision import to_channels_last
@@ -44,7 +53,9 @@ from rambo.harness.wandb_run import wandb_keys
 from rambo.harness.workers import worker_init
 
 from .batch_transforms import BatchTrainAugmentation
+from .config_check import problems
 from .datasets import generate_synthetic, load_dataset
+from .datasets.image_retrieval_dataset import UnreadableImageError
 from .engine import collapse_warning, evaluate, select_protocols, train_one_epoch
 from .in_memory_dataset import InMemoryImageDataset
 from .model import build_model
@@ -57,12 +68,13 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 log = logging.getLogger(__name__)
 
 
-def build_splits(cfg: DictConfig) -> dict:
+def build_splits(cfg: DictConfig, skipped: dict | None = None) -> dict:
     """``{"train", "validation", "test" | ("query", "gallery")}`` datasets with their transforms.
 
     With ``data.in_memory`` every split is an :class:`InMemoryImageDataset`: the training images
     as ``uint8`` tensors (augmented by :func:`train_collate`), the others already through the
-    evaluation transform."""
+    evaluation transform. With ``data.skip_unreadable`` every image is read once first and those
+    that cannot be read are left out, logged, and counted per split in ``skipped``."""
     data = cfg.data
     if data.get("generate") is not None:
         generate_synthetic(data.root, **data.generate, show_progress=False)
@@ -74,14 +86,31 @@ def build_splits(cfg: DictConfig) -> dict:
             f"data.in_memory augments a batch at a time with random_resized_crop only; got augmentation.train={kinds.train!r}"
         )
     augmentation = PILToTensor() if in_memory else train_transform(cfg.image_size, kinds.min_scale, kinds.train)
-    full_train = load_dataset(data.format, data.root, "train", transform=augmentation)
+    full_train = skip_unreadable(
+        cfg, "train", load_dataset(data.format, data.root, "train", transform=augmentation), skipped
+    )
     train, validation = split_validation_classes(full_train, cfg.validation_fraction, cfg.seed, test_transform)
     splits = {"train": train, "validation": validation}
     for name in ("query", "gallery") if data.format == "inshop" else ("test",):
-        splits[name] = load_dataset(data.format, data.root, name, transform=test_transform)
+        splits[name] = skip_unreadable(
+            cfg, name, load_dataset(data.format, data.root, name, transform=test_transform), skipped
+        )
     if in_memory:
         splits = {name: None if split is None else InMemoryImageDataset(split) for name, split in splits.items()}
     return splits
+
+
+def skip_unreadable(cfg: DictConfig, split: str, dataset, skipped: dict | None):
+    """``dataset`` less its unreadable images when ``data.skip_unreadable`` is set (each logged,
+    their number put in ``skipped[split]``); else ``dataset`` as it is."""
+    if not cfg.data.get("skip_unreadable", False):
+        return dataset
+    bad = dataset.unreadable()
+    for index, path, reason in bad:
+        log.warning("data.skip_unreadable: %s split, image %d skipped: %s (%s)", split, index, path, reason)
+    if skipped is not None:
+        skipped[split] = len(bad)
+    return dataset.without(index for index, _, _ in bad) if bad else dataset
 
 
 def train_collate(cfg: DictConfig):
@@ -136,10 +165,14 @@ def train(cfg: DictConfig) -> dict:
     )  # the engine's device, autocast, channels-last, progress bar
     set_threads(cfg.threads)
     seed_everything(cfg.seed)
-    splits = build_splits(cfg) if setup.is_main else None  # rank 0 generates the synthetic set, if any
+    skipped: dict[str, int] = {}  # data.skip_unreadable: unreadable images left out, per split
+    splits = build_splits(cfg, skipped) if setup.is_main else None  # rank 0 generates the synthetic set, if any
     barrier()
     splits = splits or build_splits(cfg)
-    global_sampler = build_batch_sampler(cfg, splits["train"])
+    try:
+        global_sampler = build_batch_sampler(cfg, splits["train"])
+    except ValueError as error:  # the batch's shape against the training classes: the user's to change
+        raise InputError(f"{error}") from None
     sampler = (
         ShardedBatchSampler(global_sampler, setup.rank, setup.world_size) if setup.is_distributed else global_sampler
     )
@@ -217,6 +250,8 @@ def train(cfg: DictConfig) -> dict:
         "complete": run.epoch == cfg.epochs,
         **protocols,
     }
+    if cfg.data.get("skip_unreadable", False):  # only then: the metrics of every other run are unchanged
+        metrics["unreadable_images_skipped"] = skipped
     paper, fair = protocols.get("paper_protocol", {}), protocols.get("fair_protocol", {})
     headline = {"R@1": paper.get("R@1"), "MAP@R": paper.get("MAP@R"), "fair_R@1": fair.get("R@1")}
     return run.finish(metrics, headline)
@@ -225,10 +260,36 @@ def train(cfg: DictConfig) -> dict:
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:  # noqa: D103 (the Hydra entry point; see the module docstring)
     check_row_name(Path(__file__).parent / "configs", cfg.experiment_name)  # one name per row (rambo.harness.row_name)
-    source = use_own_data(cfg.data)  # data=sop data.root=DIR under mini trains on DIR (.own_data)
-    if source:
-        log.info(source)
-    train(cfg)
+    overrides = task_overrides()
+    stop_on_problems(problems(cfg))  # a single run was checked before Hydra made its folder; a multirun's job here
+    try:
+        # data=sop data.root=DIR under mini trains on DIR; without data.root the synthetic set stands in (.own_data)
+        try:
+            source = use_own_data(cfg.data, named=named_on_command_line("data.root", overrides))
+        except ValueError as error:  # a folder in another layout (checked before the run for a named one)
+            raise InputError(str(error)) from None
+        if source:
+            log.info(source)
+        train(cfg)
+    except UnreadableImageError as error:
+        stop([f"{error.line()}; {check_hint(cfg, overrides)}, or skip such images with data.skip_unreadable=true"])
+    except InputError as error:
+        stop([error.line()])
+
+
+def check_hint(cfg: DictConfig, overrides: list[str]) -> str:
+    """The command that reads every image of this run's dataset once and lists the unreadable ones."""
+    name = cfg.data.name if cfg.data.format != "synthetic" or cfg.data.name == "synthetic" else cfg.data.format
+    given = " ".join(
+        shlex.quote(item)
+        for item in overrides
+        if override_key(item) in CHECK_KEYS or override_key(item).startswith("data.")
+    )
+    command = f"python -m rambo.retrieval.prepare --check --data-dir {shlex.quote(str(cfg.data_dir))} --data {name}"
+    return f"list every unreadable image with `{command}{' -- ' + given if given else ''}`"
+
+
+CHECK_KEYS = ("profile", "experiment")  # with data.*: the overrides that decide a run's dataset
 
 
 if __name__ == "__main__":

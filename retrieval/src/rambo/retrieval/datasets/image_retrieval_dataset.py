@@ -1,4 +1,8 @@
-"""The one dataset class every loader returns: image paths with class labels and super-labels."""
+"""The one dataset class every loader returns: image paths with class labels and super-labels.
+
+An image that cannot be decoded is an :class:`UnreadableImageError` naming its file and index;
+:meth:`ImageRetrievalDataset.unreadable` reads every image once and lists those that fail, and
+:meth:`ImageRetrievalDataset.without` drops them (``data.skip_unreadable``)."""
 
 from __future__ import annotations
 
@@ -7,6 +11,28 @@ from pathlib import Path
 
 import torch
 from PIL import Image
+
+from rambo.harness.config_check import InputError
+
+
+class UnreadableImageError(InputError):
+    """An image file of a dataset cannot be opened or decoded; the message names it and its index."""
+
+
+def read_image(path: Path | str) -> Image.Image:
+    """The RGB image at ``path``, fully decoded (``convert("RGB")``: CUB and SOP hold a few
+    grayscale and CMYK JPEGs among the RGB ones)."""
+    with Image.open(path) as image:
+        return image.convert("RGB")
+
+
+def unreadable_reason(path: Path | str) -> str | None:
+    """Why the image at ``path`` cannot be read (the decoder's error, in one line), or None."""
+    try:
+        read_image(path)
+    except Exception as error:  # PIL raises OSError, SyntaxError, ValueError, DecompressionBombError...
+        return f"{type(error).__name__}: {error}".splitlines()[0]
+    return None
 
 
 class ImageRetrievalDataset(torch.utils.data.Dataset):
@@ -57,12 +83,37 @@ class ImageRetrievalDataset(torch.utils.data.Dataset):
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} out of range for a dataset of {len(self)} images")
         index = index % len(self)
-        # convert("RGB"): CUB and SOP hold a few grayscale and CMYK JPEGs among the RGB ones.
-        with Image.open(self.image_paths[index]) as image:
-            image = image.convert("RGB")
+        try:
+            image = read_image(self.image_paths[index])
+        except Exception as error:
+            reason = f"{type(error).__name__}: {error}".splitlines()[0]
+            raise UnreadableImageError(
+                f"{self.image_paths[index]}: image {index} of {len(self)} cannot be read ({reason})"
+            ) from None
         if self.transform is not None:
             image = self.transform(image)
         return image, int(self.labels[index]), index
+
+    def unreadable(self) -> list[tuple[int, Path, str]]:
+        """``(index, path, reason)`` of every image that cannot be read, each image read once."""
+        found = []
+        for index, path in enumerate(self.image_paths):
+            reason = unreadable_reason(path)
+            if reason is not None:
+                found.append((index, path, reason))
+        return found
+
+    def without(self, indices) -> ImageRetrievalDataset:
+        """This dataset less the images at ``indices`` (same labels, super-labels and transform)."""
+        dropped = set(int(i) for i in indices)
+        keep = [i for i in range(len(self)) if i not in dropped]
+        supers = None if self.super_labels is None else self.super_labels[keep].tolist()
+        return ImageRetrievalDataset(
+            [self.image_paths[i] for i in keep],
+            contiguous_labels(self.labels[keep].tolist()),
+            supers,
+            transform=self.transform,
+        )
 
     @property
     def num_classes(self) -> int:
