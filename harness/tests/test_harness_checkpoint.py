@@ -45,3 +45,30 @@ def test_missing_and_foreign_files_are_named(tmp_path):
     (tmp_path / "text.pt").write_text("not a checkpoint")
     with pytest.raises(ValueError, match="text.pt"):
         load_checkpoint(tmp_path / "text.pt")
+
+
+@pytest.mark.parametrize("damage", ["half", "1000 bytes", "garbage", "empty"])
+def test_a_damaged_checkpoint_is_one_named_error_with_its_path_and_what_to_do(tmp_path, damage):
+    from rambo.harness.checkpoint import NEXT_STEP, DamagedCheckpoint
+
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint({"weight": torch.randn(64, 512), "rng": rng_states(), "epoch": 1}, path)
+    whole = path.read_bytes()
+    path.write_bytes(
+        {"half": whole[: len(whole) // 2], "1000 bytes": whole[:1000], "garbage": b"\x89garbage" * 500, "empty": b""}[
+            damage
+        ]
+    )
+    with pytest.raises(DamagedCheckpoint) as caught:
+        load_checkpoint(path)
+    error = caught.value
+    assert isinstance(error, ValueError) and error.path == path
+    assert str(error) == f"{path} is a damaged checkpoint ({error.reason}); {NEXT_STEP}"
+    assert "\n" not in str(error)
+    expected = {
+        "half": "",
+        "1000 bytes": "failed finding central directory",
+        "garbage": "not a checkpoint this project can load safely",
+        "empty": "it is empty",
+    }[damage]
+    assert expected in error.reason

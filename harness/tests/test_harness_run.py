@@ -232,3 +232,70 @@ def test_a_checkpoint_that_holds_its_wandb_id_still_resumes_that_wandb_run(tmp_p
     assert saved_wandb_id(checkpoint, {}) is None
     wandb_id_path(checkpoint).write_text("new456\n")
     assert saved_wandb_id(checkpoint, {"wandb_id": "old123"}) == "new456"
+
+
+def cut_in_half(path):
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])
+    return path.read_bytes()
+
+
+def test_a_damaged_checkpoint_is_set_aside_and_the_run_continues_from_the_epoch_before(tmp_path, caplog):
+    from rambo.harness.checkpoint import DamagedCheckpoint
+
+    straight = train(config(tmp_path / "a"))
+    out = tmp_path / "b"
+    train(config(out, max_epochs_this_run=2))
+    assert torch.load(out / "checkpoint.prev.pt")["epoch"] == 1
+    damaged = cut_in_half(out / "checkpoint.pt")
+    for policy in (True, False):
+        with pytest.raises(DamagedCheckpoint) as caught:
+            train(config(out, resume=policy))
+        assert str(caught.value) == (
+            f"{out / 'checkpoint.pt'} is a damaged checkpoint ({caught.value.reason}); run again with resume=auto to "
+            "set it aside (renamed checkpoint.pt.damaged) and continue from checkpoint.prev.pt, the checkpoint of "
+            "the epoch before, or move it away yourself"
+        )
+    with caplog.at_level("WARNING"):
+        resumed = train(config(out, resume="auto"))
+    recovery = resumed.pop("checkpoint_recovery")
+    assert resumed == straight  # epochs 2 and 3 trained again from epoch 1's checkpoint
+    assert recovery == [
+        {
+            "damaged_checkpoint": "checkpoint.pt.damaged",
+            "damage": recovery[0]["damage"],
+            "resumed_from": "checkpoint.prev.pt",
+            "resumed_epoch": 1,
+        }
+    ]
+    assert json.loads((out / "metrics.json").read_text())["checkpoint_recovery"] == recovery
+    assert (out / "checkpoint.pt.damaged").read_bytes() == damaged  # kept as it was
+    assert torch.load(out / "checkpoint.pt")["epoch"] == 3 and torch.load(out / "checkpoint.prev.pt")["epoch"] == 2
+    assert f"{out / 'checkpoint.pt'} is a damaged checkpoint (" in caplog.text
+    assert f"continuing from {out / 'checkpoint.prev.pt'} (epoch 1)" in caplog.text
+
+
+def test_a_damaged_checkpoint_without_an_earlier_one_starts_the_run_afresh(tmp_path, caplog):
+    straight = train(config(tmp_path / "a"))
+    out = tmp_path / "b"
+    train(config(out, max_epochs_this_run=2))
+    (out / "checkpoint.pt").write_bytes(b"garbage")
+    damaged_previous = cut_in_half(out / "checkpoint.prev.pt")  # the earlier one is damaged too
+    with caplog.at_level("WARNING"):
+        resumed = train(config(out, resume="auto"))
+    recovery = resumed.pop("checkpoint_recovery")
+    assert resumed == straight
+    assert [(r["damaged_checkpoint"], r["resumed_from"], r["resumed_epoch"]) for r in recovery] == [
+        ("checkpoint.pt.damaged", None, 0)
+    ]
+    assert (out / "checkpoint.pt.damaged").read_bytes() == b"garbage"
+    assert (out / "checkpoint.prev.pt.damaged").read_bytes() == damaged_previous
+    assert f"no earlier checkpoint to continue from: {out / 'checkpoint.pt'} trains from the start" in caplog.text
+    # a second damage keeps the first one's file too
+    (out / "checkpoint.pt").write_bytes(b"garbage again")
+    again = train(config(out, resume="auto"))
+    assert [r["damaged_checkpoint"] for r in again["checkpoint_recovery"]] == [
+        "checkpoint.pt.damaged",
+        "checkpoint.pt.damaged.1",
+    ]
+    assert (out / "checkpoint.pt.damaged.1").read_bytes() == b"garbage again"

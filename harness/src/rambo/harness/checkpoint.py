@@ -4,10 +4,16 @@ with ``weights_only=True`` (a checkpoint is data, never code, whoever wrote it).
 A checkpoint is a dict of tensors, numbers, strings, lists and dicts. The random states are kept in
 those types too: python's ``random`` state (ints), numpy's legacy global state (its key as an int64
 tensor), torch's CPU generator and the generator of every CUDA device.
+
+A run keeps the checkpoint of the epoch before the last beside it (:func:`previous_path`,
+``checkpoint.prev.pt``): a checkpoint found damaged (cut short, overwritten) is set aside under
+``resume=auto`` and the run continues from that one (:mod:`.resume`). It doubles the disk a run's
+checkpoints take.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import random
 from pathlib import Path
@@ -15,7 +21,30 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .atomic import save_torch
+from .atomic import atomic_path, save_torch
+
+#: What to do about a damaged checkpoint, for a message that names no better step.
+NEXT_STEP = (
+    "a training run with resume=auto sets it aside and continues from the checkpoint of the epoch before "
+    "(or from the start); to use it elsewhere, train it again"
+)
+
+
+class DamagedCheckpoint(ValueError):
+    """A checkpoint file that cannot be read back (cut short, overwritten, or not a checkpoint).
+
+    ``path`` is the file, ``reason`` what reading it said (one line); the message adds ``next_step``."""
+
+    def __init__(self, path: str | Path, reason: str, next_step: str = NEXT_STEP):
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"{path} is a damaged checkpoint ({reason}); {next_step}")
+
+
+def _first_line(error: BaseException) -> str:
+    """An error as one short line: its type and the first sentence of its message."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    text = text.split(". ")[0].rstrip(".")
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def rng_states() -> dict:
@@ -64,24 +93,57 @@ def set_rng_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
+def previous_path(path: str | Path) -> Path:
+    """Where the checkpoint of the epoch before ``path``'s is kept: ``checkpoint.prev.pt`` beside
+    ``checkpoint.pt``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
+
+
+def keep_as_previous(path: str | Path) -> None:
+    """Make the checkpoint at ``path`` the previous one (:func:`previous_path`) before a new one
+    replaces it: a hard link (no copy, no extra disk until the new one is written), else a copy;
+    either appears whole or not at all. Without a checkpoint at ``path`` (a run's first epoch), an
+    earlier run's previous checkpoint is removed, so the previous one is always this run's."""
+    path, previous = Path(path), previous_path(path)
+    if not path.is_file():
+        previous.unlink(missing_ok=True)
+        return
+    with atomic_path(previous) as temporary:
+        temporary.unlink()
+        try:
+            os.link(path, temporary)
+        except OSError:  # a file system without hard links
+            with open(path, "rb") as source, open(temporary, "wb") as target:
+                while block := source.read(1 << 20):
+                    target.write(block)
+
+
 def save_checkpoint(state: dict, path: str | Path) -> Path:
     """``torch.save`` atomically: a kill mid-write leaves the previous checkpoint intact."""
     return save_torch(state, path)
 
 
-def load_checkpoint(path: str | Path) -> dict:
+def load_checkpoint(path: str | Path, next_step: str = NEXT_STEP) -> dict:
     """Load a checkpoint onto the CPU with ``weights_only=True``.
 
-    Raises ``FileNotFoundError`` when there is none, and ``ValueError`` naming the file when it is
-    not a checkpoint of this project (truncated, another format, or pickled objects beyond data).
+    Raises ``FileNotFoundError`` when there is none (``PermissionError`` when it cannot be opened),
+    and :class:`DamagedCheckpoint` naming the file and ``next_step`` when it cannot be read as a
+    checkpoint of this project (cut short, overwritten, another format, or pickled objects beyond data).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
-        raise ValueError(f"{path} is not a checkpoint this project can load safely: {error}") from error
+    with open(path, "rb") as handle:  # an unreadable file is the file system's error, not damage
+        try:
+            state = torch.load(handle, map_location="cpu", weights_only=True)
+        except MemoryError:
+            raise
+        except Exception as error:  # noqa: BLE001 (a damaged file fails in many ways: zip, pickle, I/O)
+            reason = "it is empty" if path.stat().st_size == 0 else _first_line(error)
+            if isinstance(error, pickle.UnpicklingError) and "Weights only load failed" in str(error):
+                reason = "not a checkpoint this project can load safely: it is no torch archive of tensors and data"
+            raise DamagedCheckpoint(path, reason, next_step) from error
     if not isinstance(state, dict):
-        raise ValueError(f"{path} holds a {type(state).__name__}, not a checkpoint dict")
+        raise DamagedCheckpoint(path, f"it holds a {type(state).__name__}, not a checkpoint dict", next_step)
     return state

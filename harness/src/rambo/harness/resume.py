@@ -24,6 +24,13 @@ old keys under their new names (:func:`renamed`) before it is compared, so a che
 ``data.margin: 0.02`` resumes a run with ``loss.margin: 0.02`` and is refused by one with
 ``loss.margin: 0.0``. Where the run's config has no key at the new name (retrieval's contrastive
 row: its loss takes no margin, and ``data.margin`` reached no loss), the old key is dropped.
+
+A checkpoint that cannot be read (cut short, overwritten: :class:`DamagedCheckpoint`) stops
+``resume=true`` and ``false`` with its path and what to do. ``auto`` sets it aside (renamed
+``<name>.damaged``, never deleted) and continues from the checkpoint of the epoch before
+(``checkpoint.prev.pt``, which takes its name again), or from the start when there is none (or it
+is damaged too); the log says which, and so do the run's metrics (:func:`checkpoint_to_resume`'s
+``recovered``).
 """
 
 from __future__ import annotations
@@ -33,7 +40,8 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .checkpoint import load_checkpoint
+from .atomic import atomic_path
+from .checkpoint import DamagedCheckpoint, load_checkpoint, previous_path
 
 POLICIES = (False, True, "auto")
 log = logging.getLogger(__name__)
@@ -135,18 +143,30 @@ def checkpoint_to_resume(
     renames: Mapping | None = None,
     config: Mapping | None = None,
     defaults: Mapping | None = None,
+    recovered: list | None = None,
 ) -> dict | None:
     """The checkpoint at ``path`` to continue under ``policy``, or ``None`` to start over.
 
-    ``set_aside=False`` (the non-main processes of a distributed run) leaves the renaming of a
-    checkpoint of another run to the main process; ``may_change`` is the run's
-    ``resume_may_change`` (see :func:`_without`); ``renames``, ``config`` and ``defaults`` are the
-    run's ``identity_renamed``, resolved config and ``identity_defaults`` (see :func:`renamed`)."""
+    ``set_aside=False`` (the non-main processes of a distributed run, which call this after the
+    main process has) leaves the renaming of a checkpoint of another run, or of a damaged one, to
+    the main process; ``may_change`` is the run's ``resume_may_change`` (see :func:`_without`);
+    ``renames``, ``config`` and ``defaults`` are the run's ``identity_renamed``, resolved config and
+    ``identity_defaults`` (see :func:`renamed`). A damaged checkpoint set aside under ``auto`` is
+    recorded in ``recovered`` (a list, appended to: see :func:`recover_damaged`)."""
     check_policy(policy)
     path = Path(path)
     if not path.is_file():
         return None
-    state = load_checkpoint(path)
+    try:
+        state = load_checkpoint(path)
+    except DamagedCheckpoint as damaged:
+        if policy != "auto" or not set_aside:
+            raise DamagedCheckpoint(path, damaged.reason, _damaged_next_step(path)) from None
+        record, state = recover_damaged(path, damaged)
+        if recovered is not None:
+            recovered.append(record)
+        if state is None:
+            return None
     saved = _without(renamed(state.get("identity", {}), renames, config, defaults), may_change)
     if policy is False:
         raise _exists(path, state, saved, identity)
@@ -159,9 +179,62 @@ def checkpoint_to_resume(
             stale = path.with_name(path.name + ".stale")
             os.replace(path, stale)
             log.warning("%s: moved it to %s and starting over", error, stale)
+            previous = previous_path(path)
+            if previous.is_file():  # that run's checkpoint of the epoch before goes with it
+                os.replace(previous, previous.with_name(previous.name + ".stale"))
         return None
     log.info("resuming %s from epoch %s", path, state.get("epoch"))
     return state
+
+
+def _damaged_next_step(path: Path) -> str:
+    previous = previous_path(path)
+    earlier = f"from {previous.name}, the checkpoint of the epoch before" if previous.is_file() else "from the start"
+    return (
+        f"run again with resume=auto to set it aside (renamed {path.name}.damaged) and continue {earlier}, "
+        "or move it away yourself"
+    )
+
+
+def set_aside_damaged(path: Path) -> Path:
+    """Rename the damaged file ``path`` to ``<name>.damaged`` (``.damaged.1``, ... when taken): kept, never deleted."""
+    aside, number = path.with_name(path.name + ".damaged"), 0
+    while aside.exists():
+        number += 1
+        aside = path.with_name(f"{path.name}.damaged.{number}")
+    os.rename(path, aside)
+    return aside
+
+
+def recover_damaged(path: Path, damaged: DamagedCheckpoint) -> tuple[dict, dict | None]:
+    """Set the damaged checkpoint ``path`` aside and put the checkpoint of the epoch before in its
+    place (a hard link, or a copy: that one keeps its own name too), if there is one that loads.
+    Returns ``(record, state)``: ``record`` says what happened (file names, for the run's metrics),
+    ``state`` is the checkpoint to continue (``None``: start over)."""
+    aside = set_aside_damaged(path)
+    log.warning("%s is a damaged checkpoint (%s): set it aside as %s", path, damaged.reason, aside)
+    record = {"damaged_checkpoint": aside.name, "damage": damaged.reason, "resumed_from": None, "resumed_epoch": 0}
+    previous = previous_path(path)
+    state = None
+    if previous.is_file():
+        try:
+            state = load_checkpoint(previous)
+        except DamagedCheckpoint as also:
+            log.warning(
+                "%s is damaged too (%s): set it aside as %s", previous, also.reason, set_aside_damaged(previous)
+            )
+    if state is None:
+        log.warning("no earlier checkpoint to continue from: %s trains from the start", path)
+        return record, None
+    with atomic_path(path) as temporary:
+        temporary.unlink()
+        try:
+            os.link(previous, temporary)
+        except OSError:  # no hard links on this file system
+            temporary.write_bytes(previous.read_bytes())
+    record.update(resumed_from=previous.name, resumed_epoch=state.get("epoch"))
+    log.warning("continuing from %s (epoch %s), the checkpoint of the epoch before", previous, state.get("epoch"))
+    return record, state
 
 
 def _exists(path: Path, state: Mapping, saved: Mapping, identity: Mapping) -> RunExistsError:

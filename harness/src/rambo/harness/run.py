@@ -16,7 +16,11 @@ The config keys it reads: ``seed``, ``experiment_name``, ``output_dir``, ``metri
 ``profile_name`` (optional) and ``wandb.{mode, project, job_type}``. Only the main process writes files and talks to W&B.
 Before anything is written, the main process claims the run's folders (output, checkpoint, metrics and
 curve folders: :mod:`.claim`), so that two runs given one folder cannot overwrite each other; the
-claims are given back in :meth:`TrainingRun.finish` (and at exit).
+claims are given back in :meth:`TrainingRun.finish` (and at exit). Holding them, it removes the
+temporary files a killed write left there (:func:`.atomic.remove_stale_temporaries`).
+Each epoch's checkpoint replaces the one before, which is kept as ``checkpoint.prev.pt``
+(:func:`.checkpoint.keep_as_previous`): under ``resume=auto`` a damaged checkpoint is set aside and the
+run continues from that one (:mod:`.resume`); the metrics then say so (``checkpoint_recovery``).
 W&B: one run per seed in the group ``<profile>/<experiment>`` (:func:`wandb_group`), its config the
 run's flat ``wandb_keys`` (task, dataset, loss_name, lambda, margin, tau, seed: what a dashboard
 filters on) beside ``profile`` and the whole config, its summary the headline numbers and metrics.
@@ -36,8 +40,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from .atomic import write_json, write_text
-from .checkpoint import rng_states, save_checkpoint, set_rng_states
+from .atomic import remove_stale_temporaries, write_json, write_text
+from .checkpoint import keep_as_previous, rng_states, save_checkpoint, set_rng_states
 from .claim import FolderClaimedError, claim_folders
 from .distributed import barrier
 from .provenance import run_provenance
@@ -138,17 +142,27 @@ class TrainingRun:
             except FolderClaimedError as error:  # in the run's own log too (a SLURM job's), not only the launcher's
                 log.error("%s", error)
                 raise
-        state = checkpoint_to_resume(
-            self.checkpoint_path,
-            cfg.resume,
-            self.identity,
-            set_aside=is_main,
-            may_change=cfg.resume_may_change,
-            renames=self.config.get("identity_renamed"),
-            config=self.config,
-            defaults=self.config.get("identity_defaults"),
-        )
+            for claim in self.claims:  # this run's folders now: a temporary file there is a killed write's
+                for stale in remove_stale_temporaries(claim.folder):
+                    log.info("removed %s, left by a write that was killed", stale)
+        self.recovery: list[dict] = []  # damaged checkpoints set aside (resume=auto), for the metrics
+        resume = {
+            "path": self.checkpoint_path,
+            "policy": cfg.resume,
+            "identity": self.identity,
+            "set_aside": is_main,
+            "may_change": cfg.resume_may_change,
+            "renames": self.config.get("identity_renamed"),
+            "config": self.config,
+            "defaults": self.config.get("identity_defaults"),
+            "recovered": self.recovery,
+        }
+        state = checkpoint_to_resume(**resume) if is_main else None
+        barrier()  # the other processes read the checkpoint the main one kept (or set aside)
+        if not is_main:
+            state = checkpoint_to_resume(**resume)
         if state is not None:
+            self.recovery[:0] = state.get("recovery", [])
             for name, target in self.stateful.items():
                 target.load_state_dict(state["state"][name])
             set_rng_states(state["rng"])
@@ -199,18 +213,19 @@ class TrainingRun:
         self.epoch = row["epoch"]
         self.curve.append(row)
         if self.is_main:
-            save_checkpoint(
-                {
-                    "state": {name: target.state_dict() for name, target in self.stateful.items()},
-                    "epoch": self.epoch,
-                    "curve": self._tracked_curve(),
-                    "extra": self.extra,
-                    "rng": rng_states(),
-                    "config": placeless(self.config),
-                    "identity": self.identity,
-                },
-                self.checkpoint_path,
-            )
+            state = {
+                "state": {name: target.state_dict() for name, target in self.stateful.items()},
+                "epoch": self.epoch,
+                "curve": self._tracked_curve(),
+                "extra": self.extra,
+                "rng": rng_states(),
+                "config": placeless(self.config),
+                "identity": self.identity,
+            }
+            if self.recovery:  # only then: an undisturbed run's checkpoint keeps its bytes
+                state["recovery"] = self.recovery
+            keep_as_previous(self.checkpoint_path)
+            save_checkpoint(state, self.checkpoint_path)
             self._write_curve()
             shown = [k for k in row if k != "epoch" and (self.summary_keys is None or k in self.summary_keys)]
             log_epoch(self.epoch, total, {k: row[k] for k in shown})
@@ -233,6 +248,8 @@ class TrainingRun:
         machine-independent numbers per run); close W&B; log the headline and ``log_extra``
         (e.g. throughput, which belongs in the log, not in tracked files)."""
         metrics = {**metrics, "provenance": self.provenance}
+        if self.recovery:
+            metrics["checkpoint_recovery"] = self.recovery
         if self.is_main:
             self._write_curve()
             write_json(self.cfg.metrics_path, metrics)
