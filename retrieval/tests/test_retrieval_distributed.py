@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rambo.retrieval.distributed import gather_with_grad
+from rambo.core.distributed import gather_with_grad
 
 torch.set_num_threads(1)
 WORKER = Path(__file__).with_name("distributed_worker.py")

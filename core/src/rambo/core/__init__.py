@@ -2,24 +2,30 @@
 
 Public API::
 
+    EmbeddingLoss(loss, tau=0, global_batch=True)   the embedding-level entry point:
+        loss(embeddings [B, D], labels [B])                  each element ranks the others (+ memory)
+        loss(embeddings, labels, ref_embeddings, ref_labels) each element ranks the reference set
+    RecallLoss(margin, lam, weighting)         Eq. 16-20, loss(scores [Q, N], relevant [Q, N] bool)
+    APLoss(margin, lam)                        Eq. 21-22, loss(scores [Q, N], relevant [Q, N] bool)
+    MAPLoss(margin, lam), APCLoss(margin, lam) Eq. 6/22 and Eq. 23, loss(scores [N, C], labels [N, C] bool)
+    RecallAtKSurrogate, FastAPLoss, SmoothAPLoss   comparison surrogates, loss(scores, relevant)
+    SiMix(loss)                                similarity mixup, simix(embeddings, labels)
+    EmbeddingMemory(loss, tau)                 EmbeddingLoss with a score memory (Sec. 4.3)
+    ScoreMemory(loss, tau)                     Sec. 4.3 for score rows (detection)
+    RowMemory(loss, tau)                       the authors' recall memory (score rows appended), for comparison
     rank(scores, lam)                          exact ranks, Alg. 1 backward
     rank_items(scores, index, lam)             rank(scores, lam)[index], backward re-ranking only the moved items
-    RecallLoss(margin, lam, weighting)         Eq. 16-20, loss(scores [Q, N], relevant [Q, N])
-    APLoss(margin, lam)                        Eq. 21-22
-    MAPLoss(margin, lam), APCLoss(margin, lam) Eq. 6/22 and Eq. 23, loss(scores [N, C], labels [N, C])
-    ScoreMemory(loss, tau)                     Sec. 4.3 for score rows
     scale_gradient(tensor, factor)             weight a rank loss without changing its lambda
-    EmbeddingMemory(loss, tau)                 Sec. 4.3 for embeddings, memory(embeddings, labels)
-    RowMemory(loss, tau)                       the authors' recall memory (score rows appended), for comparison
     pairwise_scores(embeddings, labels)        [B, B-1] cosine scores and relevance
-    RecallAtKSurrogate, SiMix, FastAPLoss, SmoothAPLoss   comparison surrogates
+    rambo.core.distributed                     global_batch, gather_with_grad: the global batch under DDP
     rambo.core.metrics                         average_precision, recall_at_k, map_at_r, r_precision
 """
 
 __version__ = "0.1.0"  # equal to pyproject.toml's version (tests/test_packaging.py checks)
 
-from . import metrics
+from . import distributed, metrics
 from .ap_loss import APLoss
+from .embedding_loss import EmbeddingLoss, EmbeddingMemory
 from .fast_ap import FastAPLoss
 from .gradient_scale import scale_gradient
 from .item_ranking import rank_items
@@ -30,7 +36,7 @@ from .rank_loss import RankLoss
 from .ranking import exact_rank, rank, rank_within_relevant
 from .recall_at_k_surrogate import RecallAtKSurrogate
 from .recall_loss import RecallLoss
-from .score_memory import EmbeddingMemory, RowMemory, ScoreMemory
+from .score_memory import RowMemory, ScoreMemory
 from .simix import SiMix
 from .smooth_ap import SmoothAPLoss
 from .surrogate_loss import SurrogateLoss
@@ -38,6 +44,7 @@ from .surrogate_loss import SurrogateLoss
 __all__ = [
     "APCLoss",
     "APLoss",
+    "EmbeddingLoss",
     "EmbeddingMemory",
     "FastAPLoss",
     "MAPLoss",
@@ -49,6 +56,7 @@ __all__ = [
     "SiMix",
     "SmoothAPLoss",
     "SurrogateLoss",
+    "distributed",
     "exact_rank",
     "metrics",
     "pairwise_scores",

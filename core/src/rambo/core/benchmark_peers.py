@@ -92,7 +92,7 @@ def _pml_memory(loss, remembered: list[tuple[torch.Tensor, torch.Tensor]], batch
 
 def _embedding_memory(loss, remembered, device):
     """A :class:`rambo.core.EmbeddingMemory` holding ``remembered``; ``prepare`` restores that state."""
-    from .score_memory import EmbeddingMemory
+    from .embedding_loss import EmbeddingMemory
 
     memory = EmbeddingMemory(loss, TAU).train()
     for embeddings, labels in remembered:
@@ -120,7 +120,7 @@ def peers(
     from pytorch_metric_learning import losses as pml_losses
 
     from . import pml
-    from .score_memory import EmbeddingMemory
+    from .embedding_loss import EmbeddingMemory
     from .soft_rank_ap import SoftRankAPLoss
 
     made = []

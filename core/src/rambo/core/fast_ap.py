@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import torch
 
 from .surrogate_loss import SurrogateLoss
+from .validation import as_number, check_integer
 
 
 class FastAPLoss(SurrogateLoss):
@@ -20,12 +24,13 @@ class FastAPLoss(SurrogateLoss):
 
     def __init__(self, bins: int = 10, score_range: tuple[float, float] = (-1.0, 1.0)):
         super().__init__()
-        if int(bins) != bins or bins < 1:
-            raise ValueError(f"bins must be a positive integer, got {bins}")
-        lo, hi = (float(v) for v in score_range)
-        if not hi > lo:
-            raise ValueError(f"score_range must be (low, high) with high > low, got {score_range}")
-        self.bins, self.lo, self.hi = int(bins), lo, hi
+        self.bins = check_integer(bins, "bins", 1, "the histogram's number of bins")
+        if isinstance(score_range, (str, bytes)) or not isinstance(score_range, Sequence) or len(score_range) != 2:
+            raise ValueError(f"score_range must be (low, high), got {score_range!r}")
+        lo, hi = (as_number(v, "score_range") for v in score_range)
+        if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
+            raise ValueError(f"score_range must be (low, high), finite, with high > low, got {score_range!r}")
+        self.lo, self.hi = lo, hi
 
     def row_losses(self, scores, relevant, valid):
         delta = (self.hi - self.lo) / self.bins

@@ -19,8 +19,15 @@ class MAPLoss(APLoss):
     ranked_dim = 0
 
     def forward(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        check_scores_and_relevance(scores, labels, finite=host_checks(scores))
-        return super().forward(scores.transpose(0, 1), labels.transpose(0, 1))
+        check_scores_and_relevance(
+            scores,
+            labels,
+            finite=host_checks(scores),
+            loss=type(self).__name__,
+            wrapped="APLoss",
+            relevant_name="labels",
+        )
+        return self.mean_over_rows(scores.transpose(0, 1), labels.transpose(0, 1))
 
 
 class APCLoss(APLoss):
@@ -29,5 +36,12 @@ class APCLoss(APLoss):
     ranked_dim = 0
 
     def forward(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        check_scores_and_relevance(scores, labels, finite=host_checks(scores))
-        return super().forward(scores.reshape(1, -1), labels.reshape(1, -1))
+        check_scores_and_relevance(
+            scores,
+            labels,
+            finite=host_checks(scores),
+            loss=type(self).__name__,
+            wrapped="APLoss",
+            relevant_name="labels",
+        )
+        return self.mean_over_rows(scores.reshape(1, -1), labels.reshape(1, -1))

@@ -15,16 +15,30 @@ def off_diagonal(matrix: torch.Tensor) -> torch.Tensor:
     return matrix.flatten()[1:].view(b - 1, b + 1)[:, :-1].reshape(b, b - 1)
 
 
-def check_labels(embeddings: torch.Tensor, labels: torch.Tensor, finite: bool = True) -> None:
+def check_labels(
+    embeddings: torch.Tensor,
+    labels: torch.Tensor,
+    finite: bool = True,
+    names: tuple[str, str] = ("embeddings", "labels"),
+) -> None:
     """Raise ``ValueError`` unless ``labels`` is a 1-D integer tensor with one label per embedding
-    (and, with ``finite``, the embeddings are finite: a read on the host)."""
-    check_scores(embeddings, name="embeddings", min_dim=2, finite=finite)
+    (and, with ``finite``, the embeddings are finite: a read on the host). ``names``: the two
+    arguments' names in the messages."""
+    emb, lab = names
+    check_scores(embeddings, name=emb, min_dim=2, finite=finite)
     if embeddings.dim() != 2:
-        raise ValueError(f"embeddings must be [batch, dim], got shape {tuple(embeddings.shape)}")
-    if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.is_floating_point():
-        raise ValueError("labels must be a 1-D integer tensor [batch]")
+        raise ValueError(f"{emb} must be [batch, dim], got shape {tuple(embeddings.shape)}")
+    if not isinstance(labels, torch.Tensor) or labels.dim() != 1 or labels.is_floating_point() or labels.is_complex():
+        shown = (
+            f"shape {tuple(labels.shape)}, dtype {labels.dtype}"
+            if isinstance(labels, torch.Tensor)
+            else type(labels).__name__
+        )
+        raise ValueError(f"{lab} must be a 1-D integer tensor [batch], got {shown}")
     if labels.shape[0] != embeddings.shape[0]:
-        raise ValueError(f"shape mismatch: {embeddings.shape[0]} embeddings vs {labels.shape[0]} labels")
+        raise ValueError(f"shape mismatch: {embeddings.shape[0]} {emb} vs {labels.shape[0]} {lab}")
+    if labels.device != embeddings.device:
+        raise ValueError(f"device mismatch: {emb} on {embeddings.device}, {lab} on {labels.device}")
 
 
 def pairwise_scores(embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

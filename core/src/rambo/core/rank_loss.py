@@ -11,7 +11,7 @@ from .item_ranking import rank_items
 from .loss_path import propagate_non_finite, raises_on_bad_values, use_dense
 from .margin import shift_by_margin
 from .ranking import rank_with_integers, ranks_within_relevant_items
-from .validation import check_scores_and_relevance
+from .validation import check_scores_and_relevance, refuse_embedding_call
 
 # term(rank_alpha(y)_i, rank(y+)_i) -> the per-item quantity a loss averages over a row's relevant items
 ItemTerm = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -31,6 +31,10 @@ class RankLoss(torch.nn.Module):
     ranked_dim: int = -1
 
     def forward(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
+        """``scores [Q, N]`` floating, ``relevant [Q, N]`` bool -> the mean of the row losses over the
+        rows with a relevant item, a 0-dimensional tensor. For embeddings and labels, wrap the loss in
+        :class:`rambo.core.EmbeddingLoss`."""
+        refuse_embedding_call(scores, relevant, type(self).__name__)
         return self.mean_over_rows(scores, relevant)
 
     def mean_over_rows(self, scores: torch.Tensor, relevant: torch.Tensor, **row_options) -> torch.Tensor:

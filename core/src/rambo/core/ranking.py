@@ -178,6 +178,11 @@ def alg1_gradient(scores: torch.Tensor, ranks: torch.Tensor, grad_ranks: torch.T
     )
     # Alg. 1: -(rank(y) - rank(y_lam)) / lam, the difference taken exactly in integers.
     grad_scores = ranks_perturbed.sub_(ranks).to(compute_dtype).div_(lam_raw)
+    if (
+        compute_dtype != scores.dtype
+    ):  # half scores: a tie moved by a tiny lam stays finite (at the dtype's largest value)
+        largest = torch.finfo(scores.dtype).max
+        grad_scores = grad_scores.clamp_(-largest, largest)
     return grad_scores.to(scores.dtype)
 
 

@@ -8,6 +8,7 @@ import torch
 
 from .sigmoid_rank import sigmoid_ranks_of_relevant
 from .surrogate_loss import SurrogateLoss
+from .validation import check_integer, check_positive
 
 
 class RecallAtKSurrogate(SurrogateLoss):
@@ -45,15 +46,14 @@ class RecallAtKSurrogate(SurrogateLoss):
         self, ks=(1, 2, 4, 8, 16), tau1: float = 0.01, tau2: float | Sequence[float] = 1.0, clip_numerator: bool = True
     ):
         super().__init__()
-        if not ks or any(int(k) != k or k < 1 for k in ks):
-            raise ValueError(f"ks must be positive integers, got {ks}")
-        per_k = tuple(float(t) for t in tau2) if isinstance(tau2, Sequence) else (float(tau2),) * len(ks)
+        if isinstance(ks, (str, bytes)) or not isinstance(ks, Sequence) or not ks:
+            raise ValueError(f"ks must be a non-empty sequence of integers >= 1, got {ks!r}")
+        self.ks = tuple(check_integer(k, "ks", 1, "the k of Recall@k") for k in ks)
+        per_k = tuple(tau2) if isinstance(tau2, Sequence) and not isinstance(tau2, (str, bytes)) else (tau2,) * len(ks)
         if len(per_k) != len(ks):
             raise ValueError(f"tau2 needs one temperature per k: {len(per_k)} for ks={tuple(ks)}")
-        if tau1 <= 0 or min(per_k) <= 0:
-            raise ValueError(f"temperatures must be > 0, got tau1={tau1}, tau2={tau2}")
-        self.ks = tuple(int(k) for k in ks)
-        self.tau1, self.tau2 = float(tau1), per_k
+        self.tau1 = check_positive(tau1, "tau1", "the rank relaxation's temperature")
+        self.tau2 = tuple(check_positive(t, "tau2", "the top-k relaxation's temperature") for t in per_k)
         if not isinstance(clip_numerator, bool):
             raise ValueError(f"clip_numerator must be True or False, got {clip_numerator!r}")
         self.clip_numerator = clip_numerator

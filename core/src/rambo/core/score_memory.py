@@ -4,8 +4,9 @@ Two wrappers in the spirit of pytorch-metric-learning's ``CrossBatchMemory``:
 
 * :class:`ScoreMemory` for precomputed score rows (detection): the stored, detached scores of the
   last ``tau`` batches are concatenated to the current ones along the loss's ranked dimension.
-* :class:`EmbeddingMemory` for retrieval: the current queries are scored against the other
-  elements of the current batch *and* the stored, detached embeddings of the last ``tau`` batches.
+* :class:`rambo.core.EmbeddingMemory` (:mod:`.embedding_loss`) for retrieval: the current queries
+  are scored against the other elements of the current batch *and* the stored, detached embeddings
+  of the last ``tau`` batches.
 
 In both, gradients reach only the current batch, and the number of queries stays the batch's own.
 
@@ -23,11 +24,11 @@ from __future__ import annotations
 import inspect
 
 import torch
-import torch.nn.functional as F
 
+from .distributed import global_batch
 from .loss_path import host_checks, is_compiling
 from .pairwise import check_labels, pairwise_scores
-from .validation import check_scores_and_relevance
+from .validation import check_integer, check_scores_and_relevance
 
 
 class _BatchMemory(torch.nn.Module):
@@ -51,10 +52,8 @@ class _BatchMemory(torch.nn.Module):
 
     def __init__(self, loss: torch.nn.Module, tau: int):
         super().__init__()
-        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or int(tau) != tau or tau < 0:
-            raise ValueError(f"tau (number of remembered batches) must be an integer >= 0, got {tau}")
         self.loss = loss
-        self.tau = int(tau)
+        self.tau = check_integer(tau, "tau", 0, "the number of remembered batches")
         self._first: torch.Tensor | None = None
         self._second: torch.Tensor | None = None
         self._sizes: list[int] = []  # each remembered batch's length along `dim`, oldest first
@@ -141,7 +140,7 @@ class ScoreMemory(_BatchMemory):
         self.dim = getattr(loss, "ranked_dim", -1)
 
     def forward(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-        check_scores_and_relevance(scores, relevant, finite=host_checks(scores))
+        check_scores_and_relevance(scores, relevant, finite=host_checks(scores), loss=type(self.loss).__name__)
         held = self.held()
         kept = 1 if self.dim in (0, -2) else 0  # the dimension that is not ranked (the queries)
         all_scores, all_relevant = scores, relevant
@@ -162,42 +161,6 @@ class ScoreMemory(_BatchMemory):
         return value
 
 
-class EmbeddingMemory(_BatchMemory):
-    """Wraps a loss called as ``loss(scores, relevant)``; call it as ``memory(embeddings, labels)``.
-
-    Each of the ``B`` current embeddings is a query; its row ranks the ``B - 1`` other current
-    elements followed by the ``M`` remembered ones: ``scores: [B, B - 1 + M]`` (cosine scores).
-
-    Args:
-        loss: e.g. ``RecallLoss``. tau: number of previous batches remembered (paper: 3).
-    """
-
-    def scores_and_relevance(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The ``[B, B - 1 + M]`` scores and relevance that the wrapped loss receives."""
-        scores, relevant = pairwise_scores(embeddings, labels)
-        held = self.held()
-        if held is None:
-            return scores, relevant
-        memory, memory_labels = held
-        if memory.shape[1] != embeddings.shape[1]:
-            raise ValueError(
-                f"EmbeddingMemory holds embeddings of size {memory.shape[1]}, got a batch of size "
-                f"{embeddings.shape[1]}: the embedding size changed; call reset() after changing the model"
-            )
-        # a copy: the product saves it for the backward pass, and the next batch overwrites the memory
-        memory = memory.to(embeddings.device, embeddings.dtype, copy=True)
-        unit = F.normalize(embeddings, dim=1)
-        scores = torch.cat([scores, unit @ memory.transpose(0, 1)], dim=1)
-        relevant = torch.cat([relevant, labels.unsqueeze(1) == memory_labels.to(labels.device).unsqueeze(0)], dim=1)
-        return scores, relevant
-
-    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        check_labels(embeddings, labels, finite=host_checks(embeddings))
-        value = self.loss(*self.scores_and_relevance(embeddings, labels))
-        self.remember(F.normalize(embeddings.detach(), dim=1), labels)
-        return value
-
-
 class RowMemory(_BatchMemory):
     """The authors' batch memory for a :class:`rambo.core.RecallLoss`: ``memory(embeddings, labels)``.
 
@@ -211,10 +174,18 @@ class RowMemory(_BatchMemory):
 
     Args:
         loss: a :class:`rambo.core.RecallLoss`. tau: number of previous batches remembered.
+        global_batch: under an initialised process group, score the batch of every process (True:
+            N processes compute the one-process loss, :mod:`rambo.core.distributed`) or each
+            process's own share (False).
+
+    Call: ``memory(embeddings [B, D] float, labels [B] int)`` -> a 0-dimensional loss.
     """
 
-    def __init__(self, loss: torch.nn.Module, tau: int):
+    def __init__(self, loss: torch.nn.Module, tau: int, global_batch: bool = True):
         super().__init__(loss, tau)
+        if not isinstance(global_batch, bool):
+            raise ValueError(f"global_batch must be True or False, got {global_batch!r}")
+        self.global_batch = global_batch
         if "rank_scale" not in inspect.signature(getattr(loss, "row_losses", lambda: None)).parameters:
             raise TypeError(
                 f"RowMemory needs a loss whose row_losses takes rank_scale (RecallLoss), got {type(loss).__name__}"
@@ -222,6 +193,8 @@ class RowMemory(_BatchMemory):
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         check_labels(embeddings, labels, finite=host_checks(embeddings))
+        if self.global_batch:
+            embeddings, labels = global_batch(embeddings, labels)
         scores, relevant = pairwise_scores(embeddings, labels)
         held = self.held()
         if held is not None and held[0].shape[1] != scores.shape[1]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .distributed import global_batch
 from .pairwise import check_labels
+from .validation import check_integer
 
 
 class SiMix(torch.nn.Module):
@@ -31,15 +33,27 @@ class SiMix(torch.nn.Module):
         loss: e.g. :class:`RecallAtKSurrogate`.
         mixes: ``None``: every same-class pair once (official); an integer: that many random pairs.
         generator: for the pair draws and the weights (default: torch's global CPU generator).
+        global_batch: under an initialised process group, mix and rank the batch of every process
+            (True: N processes compute the one-process loss, :mod:`rambo.core.distributed`; the
+            processes' generators must then draw alike, e.g. seeded alike) or each process's own share (False).
+
+    Call: ``simix(embeddings [B, D] float, labels [B] int)`` -> a 0-dimensional loss.
     """
 
-    def __init__(self, loss: torch.nn.Module, mixes: int | None = None, generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        loss: torch.nn.Module,
+        mixes: int | None = None,
+        generator: torch.Generator | None = None,
+        global_batch: bool = True,
+    ):
         super().__init__()
-        if mixes is not None and (isinstance(mixes, bool) or int(mixes) != mixes or mixes < 0):
-            raise ValueError(f"mixes must be an integer >= 0 (or None: every same-class pair once), got {mixes!r}")
         self.loss = loss
-        self.mixes = None if mixes is None else int(mixes)
+        self.mixes = None if mixes is None else check_integer(mixes, "mixes", 0, "or None: every same-class pair once")
         self.generator = generator
+        if not isinstance(global_batch, bool):
+            raise ValueError(f"global_batch must be True or False, got {global_batch!r}")
+        self.global_batch = global_batch
 
     def mixed_batch(self, embeddings: torch.Tensor, labels: torch.Tensor):
         """``(scores [B+M, B+M], relevant, valid)`` of the batch extended by M mixed items."""
@@ -76,6 +90,9 @@ class SiMix(torch.nn.Module):
         return scores, relevant, ~shares
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self.global_batch:
+            check_labels(embeddings, labels, finite=False)
+            embeddings, labels = global_batch(embeddings, labels)
         return self.loss(*self.mixed_batch(embeddings, labels))
 
     def extra_repr(self) -> str:

@@ -6,6 +6,7 @@ import torch
 
 from .sigmoid_rank import sigmoid_ranks_of_relevant
 from .surrogate_loss import SurrogateLoss
+from .validation import check_positive
 
 
 class SmoothAPLoss(SurrogateLoss):
@@ -17,9 +18,7 @@ class SmoothAPLoss(SurrogateLoss):
 
     def __init__(self, tau: float = 0.01):
         super().__init__()
-        if tau <= 0:
-            raise ValueError(f"tau must be > 0, got {tau}")
-        self.tau = float(tau)
+        self.tau = check_positive(tau, "tau", "the sigmoid's temperature")
 
     def row_losses(self, scores, relevant, valid):
         rank_all, rank_rel, mask = sigmoid_ranks_of_relevant(scores, relevant, self.tau, valid)

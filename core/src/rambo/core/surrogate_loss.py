@@ -16,7 +16,7 @@ class SurrogateLoss(RankLoss):
     """
 
     def forward(self, scores: torch.Tensor, relevant: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-        check_scores_and_relevance(scores, relevant)
+        check_scores_and_relevance(scores, relevant, loss=type(self).__name__)
         if valid is None:
             valid = torch.ones_like(relevant)
         check_relevance(scores, valid, name="valid")

@@ -4,7 +4,7 @@ ranks its batch of 8 images (Sec. 5.2), so several GPUs change the speed, not th
 
 Each process holds the RoIs of its own images (``ShardedBatchSampler(even=False)`` hands out
 contiguous slices of every global batch, so the numbers of images and of RoIs may differ). Their
-logits and labels are gathered with gradient in rank order (:func:`rambo.harness.distributed.gather_with_grad`),
+logits and labels are gathered with gradient in rank order (:func:`rambo.core.distributed.gather_with_grad`),
 which is the order one process sees the same global batch in; the loss, its score memory included,
 then sees on every process what a single process would see, and every memory holds global batches.
 
@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import torch
 
-from rambo.core import scale_gradient
-from rambo.harness.distributed import gather_with_grad, world_size
+from rambo.core.distributed import global_batch as gathered
 
 
 def global_batch(class_logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """This process's ``class_logits [n_r, C+1]`` and ``labels [n_r]`` -> the global batch's
     ``[sum n_r, C+1]`` and ``[sum n_r]`` in rank order, the same on every process; the gradient
     reaching the local logits is multiplied by the world size (module docstring). In a single
-    process, the two tensors themselves. Every process must call it at every step (a collective)."""
-    if world_size() == 1:
-        return class_logits, labels
-    class_logits = scale_gradient(class_logits, float(world_size()))
-    return gather_with_grad(class_logits), gather_with_grad(labels)
+    process, the two tensors themselves. Every process must call it at every step (a collective).
+    The gather is the library's (:func:`rambo.core.distributed.global_batch`), as the retrieval losses'."""
+    return gathered(class_logits, labels)

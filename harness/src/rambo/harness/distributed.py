@@ -1,9 +1,7 @@
 """Several processes for one run (torchrun / DDP, or SLURM tasks): who this process is, joining the
 process group, each process's share of the global batch, and the gather with gradient that puts
-the shares back together (:func:`gather_with_grad`).
-
-What a loss does with the gathered batch (retrieval ranks gathered embeddings, detection gathered
-RoI logits, each scaling its local gradient by the world size) belongs to the app.
+the shares back together (:func:`gather_with_grad`, from :mod:`rambo.core.distributed`, where the
+losses use it to rank the global batch).
 """
 
 from __future__ import annotations
@@ -15,6 +13,19 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from rambo.core.distributed import gather_with_grad, world_size
+
+__all__ = [
+    "DistributedSetup",
+    "ShardedBatchSampler",
+    "barrier",
+    "detect_setup",
+    "gather_with_grad",
+    "init_process_group",
+    "world_size",
+    "wrap_model",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +89,6 @@ def init_process_group(setup: DistributedSetup, backend: str | None = None) -> N
         torch.cuda.set_device(setup.local_rank)
 
 
-def world_size() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
 def barrier() -> None:
     """Wait for every process (no-op for a single process)."""
     if world_size() > 1:
@@ -125,58 +132,3 @@ class ShardedBatchSampler(torch.utils.data.Sampler):
             share, extra = divmod(len(batch), self.world_size)
             start = self.rank * share + min(self.rank, extra)
             yield batch[start : start + share + (self.rank < extra)]
-
-
-MAX_GATHERED_DIMS = 8  # the shape descriptor that gather_with_grad exchanges has room for this many dimensions
-# dtypes named by their position here in that descriptor (a Python hash of the name differs between processes)
-GATHERED_DTYPES = (
-    torch.float64,
-    torch.float32,
-    torch.bfloat16,
-    torch.float16,
-    torch.int64,
-    torch.int32,
-    torch.int16,
-    torch.int8,
-    torch.uint8,
-    torch.bool,
-)
-
-
-def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
-    """``[n_r, ...]`` on each process r -> ``[n_0 + ... + n_{W-1}, ...]``, in rank order and identical on
-    every process; the local rows are ``tensor`` itself, so gradients flow back to this process's part
-    (``all_gather`` returns detached copies). ``n_r`` may differ between processes, zero included: the
-    shapes are gathered first (one host read), each share is padded to the largest, gathered, and cut
-    back. The trailing dimensions and the dtype must agree; a ``ValueError`` names every process's
-    shape and dtype otherwise (raised on every process alike, so none is left waiting in a collective).
-    Returns ``tensor`` itself in a single process.
-    """
-    if world_size() == 1:
-        return tensor
-    if tensor.dim() > MAX_GATHERED_DIMS:
-        raise ValueError(f"gather_with_grad takes at most {MAX_GATHERED_DIMS} dimensions, got {tuple(tensor.shape)}")
-    processes, rank = dist.get_world_size(), dist.get_rank()
-    dtype = GATHERED_DTYPES.index(tensor.dtype) if tensor.dtype in GATHERED_DTYPES else -1
-    padding = [-1] * (MAX_GATHERED_DIMS - tensor.dim())
-    descriptor = torch.tensor([dtype, tensor.dim(), *tensor.shape, *padding], device=tensor.device)
-    descriptors = [torch.empty_like(descriptor) for _ in range(processes)]
-    dist.all_gather(descriptors, descriptor)
-    rows = torch.stack(descriptors).cpu().tolist()
-    shapes = [tuple(row[2 : 2 + row[1]]) for row in rows]
-    dtypes = [str(GATHERED_DTYPES[row[0]]) if row[0] >= 0 else "another dtype" for row in rows]
-    same_dtype = len(set(dtypes)) == 1 and "another dtype" not in dtypes
-    if any(not shape or shape[1:] != shapes[0][1:] for shape in shapes) or not same_dtype:
-        raise ValueError(
-            f"gather_with_grad needs at least one dimension, the same trailing dimensions and the same dtype "
-            f"(one of {', '.join(str(d) for d in GATHERED_DTYPES)}) on every process; "
-            f"got shapes {shapes} and dtypes {dtypes} (by rank)"
-        )
-    sizes = [shape[0] for shape in shapes]
-    padded = tensor.detach().new_zeros((max(sizes), *tensor.shape[1:]))
-    padded[: tensor.shape[0]] = tensor.detach()
-    parts = [torch.empty_like(padded) for _ in range(processes)]
-    dist.all_gather(parts, padded)
-    parts = [part[:size] for part, size in zip(parts, sizes)]
-    parts[rank] = tensor
-    return torch.cat(parts)

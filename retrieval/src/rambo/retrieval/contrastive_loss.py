@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rambo.core.distributed import global_batch
 from rambo.core.pairwise import check_labels
 
 
@@ -18,16 +19,23 @@ class ContrastiveLoss(torch.nn.Module):
 
     Args:
         margin: distance beyond which a negative pair costs nothing (in [0, 2]).
+        global_batch: under an initialised process group, the pairs of every process's batch (True)
+            or of this process's own share (False).
     """
 
-    def __init__(self, margin: float = 0.5):
+    def __init__(self, margin: float = 0.5, global_batch: bool = True):
         super().__init__()
+        if not isinstance(global_batch, bool):
+            raise ValueError(f"global_batch must be True or False, got {global_batch!r}")
+        self.global_batch = global_batch
         if not 0.0 <= margin <= 2.0:
             raise ValueError(f"margin must be in [0, 2] (distances between unit vectors), got {margin}")
         self.margin = float(margin)
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         check_labels(embeddings, labels)
+        if self.global_batch:  # under several processes: the pairs of the global batch (rambo.core.distributed)
+            embeddings, labels = global_batch(embeddings, labels)
         unit = F.normalize(embeddings, dim=1)
         # d^2 = 2 - 2 cos; the clamp keeps sqrt differentiable at d = 0 (duplicates, i == j).
         squared = (2.0 - 2.0 * unit @ unit.transpose(0, 1)).clamp(min=1e-12)

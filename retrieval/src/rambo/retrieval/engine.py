@@ -18,7 +18,6 @@ from rambo.harness.loss_sums import DeviceLossSums, reads_every_step
 from rambo.harness.precision import to_channels_last
 from rambo.harness.run_log import progress
 
-from .distributed import global_batch_loss
 from .evaluate import compute_embeddings, evaluate_model, mean_pairwise_cosine, retrieval_metrics
 from .two_pass import two_pass_backward
 
@@ -36,8 +35,9 @@ def train_one_epoch(
     A non-finite loss is a ``FloatingPointError``: before its step on the CPU, at the end of the
     epoch on a GPU (losses summed on the device, :mod:`rambo.harness.loss_sums`).
 
-    The loss is over the global batch (embeddings gathered across processes, see
-    :mod:`.distributed`); ``two_pass_chunk_size`` switches to the two-pass chunked backward.
+    The loss is over the global batch: under several processes the loss gathers the embeddings
+    itself (:mod:`rambo.core.distributed`; ``global_batch=True``, the default of every embedding-level
+    loss); ``two_pass_chunk_size`` switches to the two-pass chunked backward.
     ``options``: device, forward context, memory format, progress bar and its label
     (:class:`rambo.harness.engine_options.EngineOptions`); the embeddings reach the loss in float32
     and outside the autocast context, so the rank losses never rank bf16 scores; with
@@ -57,7 +57,7 @@ def train_one_epoch(
         else:
             with autocast():
                 embeddings = model(images)
-            value = global_batch_loss(loss_fn, embeddings.float(), labels)
+            value = loss_fn(embeddings.float(), labels)
             value.backward()
         if on_device is not None:  # a GPU: no host read per step (rambo.harness.loss_sums)
             on_device.add({"loss": value})

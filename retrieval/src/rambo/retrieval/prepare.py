@@ -11,6 +11,12 @@ warning). ``--mirror DIR_OR_URL`` takes the archives from a local copy instead o
 official URLs; ``--archives DIR`` keeps downloaded archives there (the pipeline: ``data/archives``).
 ``--rows-from params.yaml`` (or ``--rows EXPERIMENT...``) first checks the ImageNet weights those
 rows load (torchvision's ResNet-50: ``rambo.harness.weights``); the pipeline passes it.
+
+Then every image of the datasets is read once and every file that cannot be read is listed (exit
+code 1), so no training job starts on a broken dataset. ``--check`` does only that, for datasets
+already in place, as the runs compose them: a folder of yours is checked with
+
+    python -m rambo.retrieval.prepare --check --data-dir data --data imagefolder -- data.root=DIR
 """
 
 from __future__ import annotations
@@ -18,18 +24,25 @@ from __future__ import annotations
 from pathlib import Path
 
 from rambo.harness import data_stage
+from rambo.harness.config_check import named_on_command_line
 
-from .datasets import download, generate_synthetic
+from .datasets import download, generate_synthetic, load_dataset
+from .own_data import layout_problem, use_own_data
 from .model import weights_url
 
 CONFIG_DIR = Path(__file__).parent / "configs"
-DATASETS = ("synthetic", "sop", "cub", "inshop")
+DATASETS = ("synthetic", "sop", "cub", "inshop", "imagefolder")
 
 
 def prepare_one(name: str, data, source: data_stage.Source = data_stage.Source()) -> Path:
     """Generate (``data.generate``) or download dataset ``name`` into ``data.root``. A real dataset
     (``sop``, ``cub``, ``inshop``) is never generated: under a profile that trains every row on the
     synthetic set (``mini``, ``tiny``) preparing one is an error that says how to get it."""
+    if name == "imagefolder" and data.get("generate") is None:
+        raise data_stage.PrepareError(
+            "imagefolder is a folder of yours: there is nothing to download or generate; "
+            "`--check --data imagefolder -- data.root=DIR` reads every image of it"
+        )
     if data.get("generate") is not None:
         if name != "synthetic":
             raise data_stage.PrepareError(
@@ -42,6 +55,20 @@ def prepare_one(name: str, data, source: data_stage.Source = data_stage.Source()
     return download(data.format, data.root, verify=source.verify, mirror=source.mirror, archive_dir=source.archive_dir)
 
 
+def unreadable(name: str, data, overrides=()) -> list[str]:
+    """One line per image of dataset ``name`` (every split, composed as the runs compose it: a
+    ``data.root`` in ``overrides`` is the user's folder) that cannot be read."""
+    use_own_data(data, named=named_on_command_line("data.root", overrides))
+    problem = layout_problem(data.format, data.root)
+    if problem:
+        raise data_stage.PrepareError(problem)
+    lines = []
+    for split in ("train", "query", "gallery") if data.format == "inshop" else ("train", "test"):
+        for index, path, reason in load_dataset(data.format, data.root, split).unreadable():
+            lines.append(f"{path} ({split} split, image {index}): {reason}")
+    return lines
+
+
 STAGE = data_stage.DataStage(
     "python -m rambo.retrieval.prepare",
     __doc__.split("\n")[0],
@@ -50,6 +77,7 @@ STAGE = data_stage.DataStage(
     prepare_one,
     task="retrieval",
     weights_url=weights_url,
+    unreadable=unreadable,
 )
 prepare, main = STAGE.prepare, STAGE.main  # prepare(data_dir, datasets, overrides=(), source=Source()); main(argv=None)
 

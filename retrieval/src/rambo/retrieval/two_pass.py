@@ -17,8 +17,6 @@ import contextlib
 
 import torch
 
-from .distributed import global_batch_loss
-
 
 def _batchnorm_buffers(model: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [
@@ -40,7 +38,8 @@ def two_pass_backward(
     """Accumulate the gradients of ``loss_fn(model(images), labels)`` into the parameters.
 
     ``images: [B, ...]``, ``labels: [B]``; ``loss_fn(embeddings [B', D], labels [B'])`` is called
-    once, on the batch gathered over processes (``B' = world_size * B``). Returns the loss value
+    once; under several processes it ranks the batch gathered over them itself
+    (:mod:`rambo.core.distributed`), and the gradient that reaches this process's embeddings is its share's. Returns the loss value
     (detached). Under DDP, gradients are synchronised on the last chunk only. ``autocast``: the
     factory of the forward passes' context (:func:`rambo.harness.precision.autocast`); the
     embeddings reach the loss in float32, outside it.
@@ -63,7 +62,7 @@ def two_pass_backward(
         buffer.copy_(saved)
 
     embeddings = torch.cat(parts).float().requires_grad_(True)
-    value = global_batch_loss(loss_fn, embeddings, labels)
+    value = loss_fn(embeddings, labels)
     value.backward()
     gradient = embeddings.grad
     # Pass 2 replays pass 1's random draws; afterwards the generator continues from here, so the
