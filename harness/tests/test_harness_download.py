@@ -5,8 +5,12 @@ from __future__ import annotations
 import http.client
 import io
 import os
+import re
 import shutil
+import socket
 import stat
+import subprocess
+import sys
 import tarfile
 import urllib.error
 import urllib.request
@@ -18,7 +22,7 @@ import pytest
 from rambo.harness import download as download_module
 from rambo.harness.download import DatasetFile, DownloadError, ensure_dataset, fetch_file, md5_of
 from rambo.harness.extract import ArchiveError, UnsafeArchiveError
-from rambo.harness.testing import listing, md5
+from rambo.harness.testing import listing, md5, small_disk  # noqa: F401 (small_disk: a fixture, taken by importing it)
 
 
 def served(tmp_path: Path, name: str, data: bytes) -> Path:
@@ -403,3 +407,97 @@ def test_archives_are_kept_in_their_own_folder_and_plain_files_go_to_the_data(tm
     (root / "list.txt").write_bytes(b"a b c\n")
     ensure_dataset(root, files, show_progress=False, archive_dir=kept)
     assert (root / "CUB/images/a.jpg").read_bytes() == b"jpeg"
+
+
+# --- Pins as written by hand; failures of this machine's disk -----------------------------------------------
+
+
+@pytest.mark.parametrize("written", ["upper", "newline", "spaces"])
+def test_a_pinned_md5_is_compared_case_insensitively_whitespace_stripped(tmp_path, written):
+    data = b"official bytes\n" * 100
+    pin = {"upper": md5(data).upper(), "newline": md5(data) + "\n", "spaces": f"  {md5(data).upper()} \r\n"}[written]
+    by_hand = tmp_path / "hand" / "a.tar"
+    by_hand.parent.mkdir()
+    by_hand.write_bytes(data)
+    assert fetch_file(by_hand, ["https://example.invalid/a.tar"], pin) == by_hand
+    source = served(tmp_path, "a.tar", data)
+    downloaded = fetch_file(tmp_path / "data" / "a.tar", [source.as_uri()], pin, show_progress=False)
+    assert downloaded.read_bytes() == data
+    assert DatasetFile("a.tar", (source.as_uri(),), pin, False, "a.tar").md5 == md5(data)
+
+
+def test_a_wrong_pin_in_upper_case_still_refuses_the_file(tmp_path):
+    data = b"not the official file"
+    by_hand = tmp_path / "a.tar"
+    by_hand.write_bytes(data)
+    with pytest.raises(DownloadError) as error:
+        fetch_file(by_hand, ["https://example.invalid/a.tar"], "ABCDEF" * 5 + "AB\n")
+    assert str(error.value).startswith(f"{by_hand} has MD5 {md5(data)}, expected {'abcdef' * 5 + 'ab'}: ")
+    assert by_hand.read_bytes() == data
+
+
+def test_a_pin_that_is_not_an_md5_is_a_named_error(tmp_path, urlopen_fails):
+    with pytest.raises(DownloadError) as error:
+        fetch_file(tmp_path / "a.tar", ["https://example.invalid/a.tar"], "see the dataset page")
+    assert str(error.value) == (
+        "the MD5 pinned for a.tar, 'see the dataset page', is not 32 hexadecimal digits: nothing can be verified "
+        "against it. Correct the pin (md5sum prints the MD5 of a copy you trust)."
+    )
+    assert listing(tmp_path) == []
+
+
+def test_a_disk_that_fills_up_stops_the_download_at_once(tmp_path, small_disk):
+    data = os.urandom(2 << 20)
+    source = served(tmp_path, "big.bin", data)
+    urls = [source.as_uri(), "https://mirror.invalid/big.bin"]  # the second is never tried
+    target = small_disk / "big.bin"
+    with pytest.raises(DownloadError) as error:
+        fetch_file(target, urls, md5(data), show_progress=False)
+    assert str(error.value) == (
+        f"{target} was not downloaded from {urls[0]}: no space left on the disk of {small_disk} (it needs 2.0 MiB, "
+        f"1.0 MiB free); nothing was kept. Free space there and run the same command again, or\n"
+        + download_module.manual_steps(target, urls, md5(data))
+    )
+    assert listing(small_disk) == []
+
+
+def test_a_target_that_cannot_be_written_is_a_named_error(tmp_path, urlopen_fails):
+    (tmp_path / "data").write_text("a file where the data folder should be")
+    target = tmp_path / "data" / "a.tar"
+    with pytest.raises(DownloadError) as error:
+        fetch_file(target, ["https://example.invalid/a.tar"], "3" * 32)
+    assert str(error.value) == (
+        f"{target} cannot be written (File exists: {tmp_path / 'data'}); nothing was downloaded. "
+        "Choose a data folder you can write to."
+    )
+    assert listing(tmp_path) == ["data"]
+    with pytest.raises(DownloadError) as error:
+        ensure_dataset(tmp_path / "data", [cub_spec(("https://example.invalid/CUB.tgz",), "3" * 32)])
+    assert str(error.value).startswith(f"{tmp_path / 'data'} cannot be made (File exists); nothing was downloaded.")
+
+
+def test_a_target_that_cannot_be_read_is_a_named_error(tmp_path, urlopen_fails):
+    target = tmp_path / "a.tar"
+    target.mkdir()
+    with pytest.raises(DownloadError) as error:
+        fetch_file(target, ["https://example.invalid/a.tar"], "3" * 32)
+    assert str(error.value) == (
+        f"{target} cannot be read (Is a directory); it was left as it is and nothing was extracted. "
+        "Move it away and run again, or\n"
+        + download_module.manual_steps(target, ["https://example.invalid/a.tar"], "3" * 32)
+    )
+
+
+def test_ensure_dataset_removes_a_killed_extractions_staging_folder_where_the_data_is_in_place(tmp_path, capsys):
+    root = tmp_path / "data"
+    (root / "CUB").mkdir(parents=True)
+    (root / "CUB/images.txt").write_text("in place\n")
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())
+    stale = root / f".CUB.tgz.extracting-{host}-{ended.pid}-none-abcdefgh"
+    (stale / "CUB").mkdir(parents=True)
+    ensure_dataset(root, [cub_spec(("https://example.invalid/CUB.tgz",), "3" * 32)])
+    assert not stale.exists()
+    assert f"removed {stale}: " in capsys.readouterr().err
+    assert listing(root) == ["CUB", "CUB/images.txt"]

@@ -27,7 +27,7 @@ from rambo.harness.extract import (
     extract,
     remove_stale_staging,
 )
-from rambo.harness.testing import listing
+from rambo.harness.testing import listing, small_disk  # noqa: F401 (small_disk: a fixture, taken by importing it)
 
 
 def make_tar(path: Path, members: list[tuple], mode: str = "w") -> Path:
@@ -482,26 +482,7 @@ def test_an_archive_larger_than_the_free_disk_is_refused(tmp_path, target):
     assert listing(target) == ["kept.txt"]
 
 
-@pytest.fixture
-def small_disk(tmp_path) -> Path:
-    """A folder on a file system of 1 MiB (a tmpfs: needs root; skipped elsewhere), unmounted after."""
-    folder = tmp_path / "small"
-    folder.mkdir()
-    try:
-        mounted = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True, text=True
-        )
-    except FileNotFoundError:
-        pytest.skip("no mount command here")
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a 1 MiB tmpfs here (root only): {mounted.stderr.strip()}")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", str(folder)], check=True)
-
-
-def test_the_disk_limit_is_the_free_space_less_the_reserve(tmp_path, small_disk):
+def test_the_disk_limit_is_the_free_space_less_the_reserve(tmp_path, small_disk):  # noqa: F811 (a fixture)
     target = small_disk / "data"
     archive = make_tar(tmp_path / "a.tar", [("top/a.bin", os.urandom(900 << 10))])
     assert shutil.disk_usage(small_disk).free == 1 << 20
@@ -517,7 +498,7 @@ def test_the_disk_limit_is_the_free_space_less_the_reserve(tmp_path, small_disk)
     assert listing(target) == ["top", "top/a.bin"]
 
 
-def test_a_disk_that_fills_up_is_one_line_naming_the_file_and_the_space(tmp_path, small_disk):
+def test_a_disk_that_fills_up_is_one_line_naming_the_file_and_the_space(tmp_path, small_disk):  # noqa: F811 (a fixture)
     target = small_disk / "data"
     target.mkdir()
     archive = make_tar(tmp_path / "a.tar", [("top/small.txt", b"small"), ("top/big.bin", os.urandom(2 << 20))])

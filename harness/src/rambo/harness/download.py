@@ -8,15 +8,21 @@ hand: nothing is checksummed or extracted again); otherwise it verifies a file p
 
 A download streams into a temporary sibling of its target and is renamed only once complete and
 its MD5 matches (:func:`rambo.harness.atomic.atomic_path`: usual ``0o666 & ~umask`` permissions).
-Every failure (offline, timeouts, HTTP errors, a web page served instead of the file, a wrong
-checksum) ends in a :class:`DownloadError` whose message holds the manual steps.
+A pinned MD5 is compared case-insensitively, surrounding whitespace stripped. Every failure
+(offline, timeouts, HTTP errors, a web page served instead of the file, a short transfer, a wrong
+checksum) ends in a :class:`DownloadError` whose message holds the manual steps; a local failure
+(the disk full, a folder that cannot be written, a file that cannot be read) ends in one at once,
+naming the path, without trying the other URLs.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import os
+import re
+import shutil
 import sys
 import urllib.error
 import urllib.request
@@ -27,7 +33,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .atomic import atomic_path
-from .extract import ArchiveError, EncryptedArchiveError, extract
+from .extract import ArchiveError, EncryptedArchiveError, extract, remove_stale_staging
 
 CHUNK_BYTES = 1 << 20
 TIMEOUT_S = 60  # seconds without a byte before a connection counts as failed
@@ -35,6 +41,7 @@ _HTML_STARTS = (b"<!doctype html", b"<html", b"<head")
 # What a failing transfer raises: URLError (offline, refused, HTTP errors), timeouts and resets
 # (OSError), broken HTTP responses, and malformed URLs (ValueError).
 _NETWORK_ERRORS = (OSError, http.client.HTTPException, ValueError)
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class DownloadError(RuntimeError):
@@ -56,6 +63,10 @@ class DatasetFile:
     found_at: tuple[str, ...] = ()
     archive_at: tuple[str, ...] = ()
 
+    def __post_init__(self):
+        if self.md5 is not None:  # as pinned by hand: any case, a stray newline
+            object.__setattr__(self, "md5", normalise_md5(self.md5))
+
     def in_place(self, root: Path) -> Path | None:
         """The first of ``ready`` and ``found_at`` that exists under ``root``, else None."""
         return next((root / p for p in (self.ready, *self.found_at) if os.path.lexists(root / p)), None)
@@ -63,6 +74,56 @@ class DatasetFile:
 
 class _Refused(Exception):
     """What a URL served is not the file (a web page, a short transfer, a wrong checksum)."""
+
+
+def normalise_md5(pin: str) -> str:
+    """A pinned MD5 as :func:`md5_of` writes it: lower case, surrounding whitespace stripped."""
+    return pin.strip().lower()
+
+
+def _size(count: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if count < 1024 or unit == "TiB":
+            break
+        count /= 1024
+    return f"{count:.0f} bytes" if unit == "bytes" else f"{count:.1f} {unit}"
+
+
+def _local_failure(error: BaseException, target: Path) -> OSError | None:
+    """The error of this machine's disk in ``error`` (or what it was raised from): the disk full, or
+    a file in ``target``'s folder that cannot be made or written; ``None`` for a transfer's error."""
+    seen = set()
+    # A URLError is the transfer's (a file:// URL's missing file among them), whatever it wraps.
+    while error is not None and id(error) not in seen and not isinstance(error, urllib.error.URLError):
+        seen.add(id(error))
+        if isinstance(error, OSError):
+            if error.errno in _DISK_FULL:
+                return error
+            name = Path(error.filename) if isinstance(error.filename, (str, os.PathLike)) else None
+            if name is not None and (name.parent == target.parent or name in (target.parent, *target.parent.parents)):
+                return error  # the download's temporary file, or a folder above it
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _local_error(error: OSError, target: Path, url: str, progress: dict, steps: str) -> DownloadError:
+    """The :class:`DownloadError` of a local failure while ``url`` was downloaded to ``target``."""
+    if error.errno in _DISK_FULL:
+        try:
+            free = f"{_size(shutil.disk_usage(target.parent).free)} free"
+        except OSError:
+            free = "the free space is unknown"
+        total = progress.get("total")
+        needs = f"it needs {_size(total)}" if total else "its size is not known"
+        what = "no space left on the disk" if error.errno == errno.ENOSPC else "the disk quota is spent"
+        return DownloadError(
+            f"{target} was not downloaded from {url}: {what} of {target.parent} ({needs}, {free}); nothing was "
+            f"kept. Free space there and run the same command again, or\n{steps}"
+        )
+    return DownloadError(
+        f"{target} cannot be written ({error.strerror or error}: {error.filename}); nothing was downloaded. "
+        f"Choose a data folder you can write to."
+    )
 
 
 def md5_of(path: str | os.PathLike) -> str:
@@ -92,8 +153,9 @@ def _looks_like_html(first_chunk: bytes) -> bool:
     return first_chunk[:64].lstrip().lower().startswith(_HTML_STARTS)
 
 
-def _stream(url: str, partial: Path, name: str, show_progress: bool, timeout: float) -> str:
-    """Write what ``url`` serves to ``partial`` (the download of file ``name``); return its MD5."""
+def _stream(url: str, partial: Path, name: str, show_progress: bool, timeout: float, state: dict) -> str:
+    """Write what ``url`` serves to ``partial`` (the download of file ``name``); return its MD5.
+    ``state["total"]`` is set to the size the server announces (0: none)."""
     digest = hashlib.md5()
     html_expected = name.lower().endswith((".html", ".htm"))
     with urllib.request.urlopen(url, timeout=timeout) as response:
@@ -102,7 +164,7 @@ def _stream(url: str, partial: Path, name: str, show_progress: bool, timeout: fl
         if content_type.startswith("text/html") and not html_expected:
             # Google Drive quota pages and expired mirrors answer with a web page instead of the file.
             raise _Refused(f"got a web page (Content-Type {content_type}) instead of the file")
-        total = int(headers.get("Content-Length") or 0)
+        total = state["total"] = int(headers.get("Content-Length") or 0)
         written = 0
         with (
             open(partial, "wb") as handle,
@@ -134,14 +196,29 @@ def fetch_file(
 
     A file already at ``target`` (put there by hand) is verified, never replaced. Otherwise each
     of ``urls`` is tried in turn; a download is renamed to ``target`` only once complete and
-    verified. Without a pinned ``md5`` the MD5 found is printed. ``show_progress=None`` shows a
-    progress bar only when stderr is a terminal. Raises :class:`DownloadError` (with the manual
-    steps; ``homepage`` and ``ready`` are mentioned in them) when no URL gives the file.
+    verified. ``md5`` is compared case-insensitively, surrounding whitespace stripped; without
+    one, the MD5 found is printed. ``show_progress=None`` shows a progress bar only when stderr is
+    a terminal. Raises :class:`DownloadError` (with the manual steps; ``homepage`` and ``ready``
+    are mentioned in them) when no URL gives the file, and at once when this machine's disk
+    fails (full, or ``target`` cannot be written or read).
     """
     target = Path(target)
+    if md5 is not None:
+        md5 = normalise_md5(md5)
+        if not re.fullmatch(r"[0-9a-f]{32}", md5):
+            raise DownloadError(
+                f"the MD5 pinned for {target.name}, {md5!r}, is not 32 hexadecimal digits: nothing can be verified "
+                f"against it. Correct the pin (md5sum prints the MD5 of a copy you trust)."
+            )
     steps = manual_steps(target, urls, md5, homepage, ready)
     if target.exists():
-        found = md5_of(target)
+        try:
+            found = md5_of(target)
+        except OSError as error:
+            raise DownloadError(
+                f"{target} cannot be read ({error.strerror or error}); it was left as it is and nothing was "
+                f"extracted. Move it away and run again, or\n{steps}"
+            ) from error
         if md5 is None:
             print(f"{target.name}: MD5 {found} (not verified: no pinned checksum)", file=sys.stderr)
         elif found != md5:
@@ -154,12 +231,16 @@ def fetch_file(
         show_progress = sys.stderr.isatty()
     failures = []
     for url in urls:
+        state = {"total": 0}
         try:
             with atomic_path(target, suffix=".part") as partial:
-                found = _stream(url, partial, target.name, show_progress, timeout)
+                found = _stream(url, partial, target.name, show_progress, timeout, state)
                 if md5 is not None and found != md5:
                     raise _Refused(f"MD5 {found}, expected {md5}")
         except (_Refused, *_NETWORK_ERRORS) as error:
+            local = _local_failure(error, target)
+            if local is not None:  # the other URLs would fail the same way
+                raise _local_error(local, target, url, state, steps) from error
             failures.append(f"  {url}: {error}")
             continue
         if md5 is None:
@@ -202,6 +283,8 @@ def ensure_dataset(
         )
     placed = []
     for item in files:
+        if item.extract:  # staging folders of killed extractions, also where the data got in place
+            remove_stale_staging(item.filename, root)
         ready = root / item.ready
         found = item.in_place(root)
         if found is not None:
@@ -216,7 +299,13 @@ def ensure_dataset(
             path, into = fetch_file(lying, item.urls, item.md5 if verify else None, homepage=homepage), lying.parent
         else:
             folder = archive_dir if item.extract else root  # a plain file is data itself, not an archive
-            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise DownloadError(
+                    f"{folder} cannot be made ({error.strerror or error}); nothing was downloaded. "
+                    f"Choose a data folder you can write to."
+                ) from error
             path = fetch_file(
                 folder / item.filename,
                 item.urls,
