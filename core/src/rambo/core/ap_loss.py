@@ -20,8 +20,9 @@ class APLoss(RankLoss):
         margin: alpha of Eq. 14 (0 disables the margin).
         lam: blackbox interpolation strength, the paper's normalised convention (see ``rank``).
 
-    Call: ``loss(scores: [Q, N], relevant: [Q, N] bool)``; every item of a row takes part in that
-    row's ranking. ``rank(y+)`` (the rank among relevant items) is treated as a constant in the
+    Call: ``loss(scores [Q, N] floating, relevant [Q, N] bool)`` -> a 0-dimensional tensor, the mean
+    of ``1 - AP`` over the rows with a relevant item; every item of a row takes part in that row's
+    ranking. For embeddings and labels: ``rambo.core.EmbeddingLoss(APLoss(...))(embeddings, labels)``. ``rank(y+)`` (the rank among relevant items) is treated as a constant in the
     backward pass, as in the authors' implementation: only ``rank_alpha(y)`` is differentiated.
     """
 

@@ -20,6 +20,11 @@ class FastAPLoss(SurrogateLoss):
     per bin, ``H+``/``H`` their cumulative sums (items at least as good as bin l); bins with
     ``H_l = 0`` add nothing. Scores are clamped to ``score_range`` (cosine scores: (-1, 1), which
     is FastAP's distance range [0, 4] of unit vectors).
+
+    Call: ``loss(scores [Q, N] floating, relevant [Q, N] bool, valid [Q, N] bool | None)`` -> a
+    0-dimensional tensor, the mean over the rows with a relevant valid item; ``valid`` marks the items
+    that take part in each row (default: all). For embeddings and labels:
+    ``rambo.core.EmbeddingLoss(loss)(embeddings, labels)``.
     """
 
     def __init__(self, bins: int = 10, score_range: tuple[float, float] = (-1.0, 1.0)):

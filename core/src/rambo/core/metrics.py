@@ -1,5 +1,7 @@
 """Rank-based retrieval metrics on ``(scores: [Q, N], relevant: [Q, N] bool)``.
 
+Every metric is a fraction in [0, 1] (not a percentage; the paper's tables show percentages).
+
 Row ``q`` is one query's scores over N items. Ties are broken by position, exactly as in
 :func:`rambo.core.rank` (the earlier item ranks higher), so every metric is a deterministic function
 of its inputs. Rows without a relevant item are left out of every mean (the metric is undefined
@@ -40,7 +42,11 @@ def average_precision(scores: torch.Tensor, relevant: torch.Tensor, reduction: s
 
 
 def recall_at_k(scores: torch.Tensor, relevant: torch.Tensor, ks=(1,)) -> dict[int, float]:
-    """Recall@K (Eq. 7-8): the fraction of queries with a relevant item among their top K."""
+    """Recall@K (Eq. 7-8): the fraction of queries with a relevant item among their top K.
+
+    Returns ``{k: fraction}`` for each k of ``ks``, fractions in [0, 1] (``{1: 0.5}`` is 50% R@1),
+    over the rows with a relevant item (``nan`` when none has one).
+    """
     hits = _relevance_in_rank_order(scores, relevant)
     first_hit_within = hits.cummax(-1).values  # 1 from the first relevant position on
     n = hits.shape[-1]

@@ -39,7 +39,12 @@ class RecallAtKSurrogate(SurrogateLoss):
             official code's ``--k_temperatures`` default was ``[1, 2, 4, 8, 16]``, ``tau2_k = k``,
             until src/main.py@ed052029 (Nov 2024), which sets ``[1] * len(k_vals)``).
         clip_numerator: clip each k's relaxed numerator at k, as the official code (default). False:
-            unclipped (this class before the clip was added).
+            unclipped.
+
+    Call: ``loss(scores [Q, N] floating, relevant [Q, N] bool, valid [Q, N] bool | None)`` -> a
+    0-dimensional tensor, the mean over the rows with a relevant valid item; ``valid`` marks the items
+    that take part in each row (default: all). For embeddings and labels:
+    ``rambo.core.EmbeddingLoss(loss)(embeddings, labels)``.
     """
 
     def __init__(

@@ -21,6 +21,10 @@ class RecallLoss(RankLoss):
         margin: alpha of Eq. 14. lam: as in ``rank``. weighting: ``"log"`` or ``"loglog"``.
 
     ``rank(y+)`` is a constant in the backward pass; only ``rank_alpha(y)`` is differentiated.
+
+    Call: ``loss(scores [Q, N] floating, relevant [Q, N] bool)`` -> a 0-dimensional tensor, the mean of
+    the row losses over the rows (queries) with a relevant item (0 when none has one). Each row ranks
+    its N items. For embeddings and labels: ``rambo.core.EmbeddingLoss(loss)(embeddings, labels)``.
     """
 
     def __init__(self, margin: float = 0.0, lam: float = 4.0, weighting: str = "log"):

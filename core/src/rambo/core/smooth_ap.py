@@ -14,6 +14,11 @@ class SmoothAPLoss(SurrogateLoss):
 
     Rows are processed in checkpointed chunks (see :mod:`rambo.core.sigmoid_rank`), so memory is
     O(Q * N), not the O(Q * N * N) of the reference implementation.
+
+    Call: ``loss(scores [Q, N] floating, relevant [Q, N] bool, valid [Q, N] bool | None)`` -> a
+    0-dimensional tensor, the mean over the rows with a relevant valid item; ``valid`` marks the items
+    that take part in each row (default: all). For embeddings and labels:
+    ``rambo.core.EmbeddingLoss(loss)(embeddings, labels)``.
     """
 
     def __init__(self, tau: float = 0.01):
