@@ -1,7 +1,7 @@
 """Several processes for one run (torchrun / DDP, or SLURM tasks): who this process is, joining the
-process group, each process's share of the global batch, and the gather with gradient that puts
-the shares back together (:func:`gather_with_grad`, from :mod:`rambo.core.distributed`, where the
-losses use it to rank the global batch).
+process group and each process's share of the global batch. The gather with gradient that puts the
+shares back together is the library's (:mod:`rambo.core.distributed`): the losses rank the global
+batch themselves.
 """
 
 from __future__ import annotations
@@ -14,14 +14,11 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from rambo.core.distributed import gather_with_grad, world_size
-
 __all__ = [
     "DistributedSetup",
     "ShardedBatchSampler",
     "barrier",
     "detect_setup",
-    "gather_with_grad",
     "init_process_group",
     "world_size",
     "wrap_model",
@@ -87,6 +84,11 @@ def init_process_group(setup: DistributedSetup, backend: str | None = None) -> N
     )
     if torch.cuda.is_available():
         torch.cuda.set_device(setup.local_rank)
+
+
+def world_size() -> int:
+    """The number of processes of the initialised default process group; 1 without one."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def barrier() -> None:

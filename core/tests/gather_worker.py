@@ -1,7 +1,7 @@
 """Run by test_harness_gather.py under torchrun (2 CPU processes, gloo); not a test module.
 
 Each process holds its own rows of a fixed global tensor (another number of rows on each, zero on
-one); it gathers them with :func:`rambo.harness.distributed.gather_with_grad`, backpropagates a
+one); it gathers them with :func:`rambo.core.distributed.gather_with_grad`, backpropagates a
 fixed weighting of the gathered tensor, and writes ``OUT/rank{r}.pt`` with what it gathered and the
 gradient its own rows received, for each split, and the message of the refused gathers.
 """
@@ -9,8 +9,9 @@ gradient its own rows received, for each split, and the message of the refused g
 import sys
 
 import torch
+import torch.distributed as dist
 
-from rambo.harness.distributed import detect_setup, gather_with_grad, init_process_group
+from rambo.core.distributed import gather_with_grad
 
 SPLITS = [(3, 5), (0, 4), (6, 0), (0, 0)]  # rows on rank 0, rank 1
 
@@ -25,22 +26,22 @@ def global_rows(split, dtype=torch.float64):
 
 def main(out):
     torch.set_num_threads(1)
-    setup = detect_setup()
-    init_process_group(setup, backend="gloo")
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
     result = {"splits": []}
     for split in SPLITS:
         rows, weights = global_rows(split)
-        start = sum(split[: setup.rank])
-        mine = rows[start : start + split[setup.rank]].clone().requires_grad_()
+        start = sum(split[:rank])
+        mine = rows[start : start + split[rank]].clone().requires_grad_()
         gathered = gather_with_grad(mine)
         (gathered * weights).sum().backward()
-        labels = torch.arange(sum(split))[start : start + split[setup.rank]]
+        labels = torch.arange(sum(split))[start : start + split[rank]]
         result["splits"].append({"gathered": gathered.detach(), "grad": mine.grad, "labels": gather_with_grad(labels)})
     refused = []
     for mine in (
-        torch.zeros(2, 3 + setup.rank),
-        torch.zeros(2, 3, dtype=torch.float64 if setup.rank else torch.float32),
-        torch.zeros(()) if setup.rank else torch.zeros(1),
+        torch.zeros(2, 3 + rank),
+        torch.zeros(2, 3, dtype=torch.float64 if rank else torch.float32),
+        torch.zeros(()) if rank else torch.zeros(1),
     ):
         try:
             gather_with_grad(mine)
@@ -48,8 +49,8 @@ def main(out):
         except ValueError as error:
             refused.append(str(error))
     result["refused"] = refused
-    result["still_in_step"] = gather_with_grad(torch.tensor([setup.rank])).tolist()  # no process was left behind
-    torch.save(result, f"{out}/rank{setup.rank}.pt")
+    result["still_in_step"] = gather_with_grad(torch.tensor([rank])).tolist()  # no process was left behind
+    torch.save(result, f"{out}/rank{rank}.pt")
     torch.distributed.destroy_process_group()
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from rambo.harness.distributed import gather_with_grad
+from rambo.core.distributed import gather_with_grad
 
 WORKER = Path(__file__).with_name("gather_worker.py")
 
