@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from PIL import Image
 
 from rambo.harness.data_stage import Source, rows_of_params
 from rambo.retrieval import datasets
@@ -47,8 +48,12 @@ def test_a_dataset_folder_extracted_in_place_is_found_by_prepare_as_by_the_loade
     monkeypatch.setattr("rambo.harness.download.fetch_file", lambda *a, **k: pytest.fail("downloaded"))
     root = tmp_path / "sop"
     root.mkdir()
-    for split in ("train", "test"):
-        (root / f"Ebay_{split}.txt").write_text("image_id class_id super_class_id path\n")
+    (root / "mug_final").mkdir()
+    for split, image in (("train", 1), ("test", 2)):  # one image each: the stage then reads every image once
+        Image.new("RGB", (8, 8)).save(root / "mug_final" / f"{image}.JPG")
+        (root / f"Ebay_{split}.txt").write_text(
+            f"image_id class_id super_class_id path\n{image} {image} 8 mug_final/{image}.JPG\n"
+        )
     assert main(["--data-dir", str(tmp_path), "--data", "sop", "--", "profile=paper"]) == 0
     captured = capsys.readouterr()
     assert captured.out.split() == [str(root)] and f"found {root / 'Ebay_test.txt'}" in captured.err

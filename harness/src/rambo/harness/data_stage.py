@@ -12,6 +12,11 @@ Before any dataset, the stage checks the pretrained weights its rows load (``--r
 with ``model.pretrained`` set is found (``model.weights_path``, else the torch hub cache) and its
 SHA-256 checked (:mod:`rambo.harness.weights`), so a pipeline's (or a cluster's) training jobs
 never start without their weights. Rows that load none (the mini and tiny profiles) make it a no-op.
+
+After the datasets are in place, the stage reads every image of each once (the app's
+``unreadable(name, data_config, overrides)``) and lists every file that cannot be read, so that no
+training job starts on a broken dataset; ``--check`` does only that, on datasets already in place
+(a folder of yours: ``--check --data imagefolder -- data.root=DIR``).
 """
 
 from __future__ import annotations
@@ -92,6 +97,8 @@ class DataStage:
     choices: Sequence[str]
     prepare_one: Callable
     task: str | None = None  # the app's key in a pipeline params file (``--rows-from``)
+    # (name, data config, overrides) -> one line per image that cannot be read; None: the app reads no images here
+    unreadable: Callable[[str, object, Sequence[str]], list[str]] | None = None
     weights_url: Callable[[str], str] | None = None  # backbone -> the official URL of its ImageNet weights
 
     def prepare(
@@ -106,6 +113,17 @@ class DataStage:
             Path(self.prepare_one(name, compose_data(self.config_dir, name, data_dir, overrides), source))
             for name in names
         ]
+
+    def check_images(self, data_dir: str | Path, names: Sequence[str], overrides: Sequence[str] = ()) -> list[str]:
+        """Every image of the datasets ``names`` (composed as :meth:`prepare` composes them) read
+        once; returns one line per image that cannot be read (none: all are readable)."""
+        if self.unreadable is None:
+            return []
+        lines = []
+        for name in names:
+            found = self.unreadable(name, compose_data(self.config_dir, name, data_dir, overrides), overrides)
+            lines += [f"{name}: {line}" for line in found]
+        return lines
 
     def weights_files(self, rows: Sequence[str], overrides: Sequence[str] = ()) -> list[WeightsFile]:
         """The weights files ``rows`` (composed with ``overrides``) load: one per backbone and path,
@@ -139,8 +157,9 @@ class DataStage:
     def main(self, argv: Sequence[str] | None = None) -> int:
         """``prog --data-dir DIR --data NAME... [--mirror M] [--archives DIR] [--rows ROW... | --rows-from PARAMS]
         [--weights-sums FILE] [--weights-overrides OVERRIDE...] [-- OVERRIDES]``: checks the rows' weights,
-        then prints each folder; missing or wrong weights, or a download or archive that fails, print
-        ``error: ...`` with the manual steps and return 1."""
+        then prints each folder and reads every image of those datasets once; missing or wrong weights,
+        a download or archive that fails, or an unreadable image print ``error: ...`` (each unreadable
+        file on a line of its own) and return 1. ``--check``: only the image check."""
         parser = argparse.ArgumentParser(prog=self.prog, description=self.description)
         parser.add_argument("--data-dir", required=True, help="the runs' data_dir")
         parser.add_argument(
@@ -185,8 +204,17 @@ class DataStage:
             help="compose the rows of the weights check with these "
             "Hydra overrides instead of the runs' (paper-smoke: profile=paper)",
         )
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="only read every image of the datasets (already in place, as the runs compose them) once and list "
+            "every file that cannot be read, exit code 1 if any; prepares nothing. The stage itself runs this "
+            "check after preparing",
+        )
         parser.add_argument("overrides", nargs="*", help="Hydra overrides of the runs, after --")
         args = parser.parse_args(argv)
+        if args.check:
+            return self._report_unreadable(args.data_dir, args.data, args.overrides, [])
         try:
             rows = list(args.rows)
             if args.rows_from is not None:
@@ -207,6 +235,25 @@ class DataStage:
         except (DownloadError, ArchiveError, PrepareError, WeightsError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
+        return self._report_unreadable(args.data_dir, args.data, args.overrides, folders)
+
+    def _report_unreadable(self, data_dir, names, overrides, folders) -> int:
+        try:
+            lines = self.check_images(data_dir, names, overrides)
+        except (PrepareError, OSError, ValueError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        for line in lines:
+            print(f"unreadable: {line}", file=sys.stderr)
+        if lines:
+            print(
+                f"error: {len(lines)} image(s) cannot be read (listed above): replace or remove them, or train with "
+                "data.skip_unreadable=true to leave them out (counted in the run's metrics)",
+                file=sys.stderr,
+            )
+            return 1
         for folder in folders:
             print(folder)
+        if self.unreadable is not None:
+            print(f"images: every image of {', '.join(names)} can be read", file=sys.stderr)
         return 0

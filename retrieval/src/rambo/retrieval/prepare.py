@@ -27,8 +27,8 @@ from rambo.harness import data_stage
 from rambo.harness.config_check import named_on_command_line
 
 from .datasets import download, generate_synthetic, load_dataset
-from .own_data import layout_problem, use_own_data
 from .model import weights_url
+from .own_data import layout_problem, use_own_data
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 DATASETS = ("synthetic", "sop", "cub", "inshop", "imagefolder")
