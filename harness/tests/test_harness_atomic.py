@@ -68,7 +68,9 @@ def test_folders_made_by_mkdtemp_get_default_permissions(tmp_path):
 
 def test_a_run_removes_the_temporaries_of_killed_writes_in_its_own_folder_only(tmp_path):
     """A save killed by SIGKILL (here: the saving process kills itself mid-write) leaves
-    ``.checkpoint.pt.<random>.tmp``; the next run's start removes it, and nothing else."""
+    ``.checkpoint.pt.<random>.tmp``; the next run's start removes it and the one of its headline
+    (in a folder the seeds share), and nothing else: not another seed's, another folder's, a
+    subfolder's, or a file that only looks temporary."""
     import signal
     import subprocess
     import sys
@@ -77,15 +79,15 @@ def test_a_run_removes_the_temporaries_of_killed_writes_in_its_own_folder_only(t
 
     from rambo.harness.run import TrainingRun
 
-    run, other = tmp_path / "run", tmp_path / "other"
-    for folder in (run, other):
+    run, other, headlines = tmp_path / "run", tmp_path / "other", tmp_path / "headlines"
+    for path in (run / "checkpoint.pt", other / "checkpoint.pt", headlines / "seed0.json", headlines / "seed1.json"):
         killed = subprocess.run(
             [
                 sys.executable,
                 "-c",
                 "import os, signal\n"
                 "from rambo.harness.atomic import atomic_path\n"
-                f"with atomic_path({str(folder / 'checkpoint.pt')!r}) as temporary:\n"
+                f"with atomic_path({str(path)!r}) as temporary:\n"
                 "    temporary.write_bytes(b'half a checkpoint')\n"
                 "    os.kill(os.getpid(), signal.SIGKILL)\n",
             ],
@@ -111,6 +113,7 @@ def test_a_run_removes_the_temporaries_of_killed_writes_in_its_own_folder_only(t
             "metrics_path": f"{run}/metrics.json",
             "curve_path": f"{run}/curve.json",
             "checkpoint_path": f"{run}/checkpoint.pt",
+            "headline_path": f"{headlines}/seed0.json",  # a folder the seeds share
             "resume": "auto",
             "resume_may_change": ["resume"],
             "max_epochs_this_run": None,
@@ -123,6 +126,7 @@ def test_a_run_removes_the_temporaries_of_killed_writes_in_its_own_folder_only(t
     assert sorted(path.name for path in run.glob(".*.tmp")) == []
     assert {name: (run / name).read_text() for name in unrelated} == unrelated
     assert sorted(path.name for path in other.iterdir()) == other_before  # not the run's folder
+    assert [path.name[:12] for path in headlines.iterdir()] == [".seed1.json."]  # another seed's
 
 
 def _mount_tmpfs(folder, size):

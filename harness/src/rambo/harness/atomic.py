@@ -67,17 +67,19 @@ def disk_full_error(path: str | os.PathLike, cause: OSError, needed: int | None)
     return error
 
 
-def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+def remove_stale_temporaries(folder: str | os.PathLike, names=None) -> list[Path]:
     """Remove the temporary files of :func:`atomic_path` that a killed writer left in ``folder``
-    (not in its subfolders): call it only on a folder this process owns (a run's claimed folders:
-    :mod:`.claim`), where no other writer is at work. Returns the files removed."""
+    (not in its subfolders), of every file or only of the file names in ``names``: call it only
+    where no other writer of those files is at work (a run's claimed folders: :mod:`.claim`; its
+    own files in a folder it shares). Returns the files removed."""
     removed = []
     try:
         entries = list(os.scandir(folder))
     except FileNotFoundError:
         return removed
     for entry in entries:
-        if TEMPORARY.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+        match = TEMPORARY.fullmatch(entry.name)
+        if match and (names is None or match["name"] in names) and entry.is_file(follow_symlinks=False):
             Path(entry.path).unlink(missing_ok=True)
             removed.append(Path(entry.path))
     return removed

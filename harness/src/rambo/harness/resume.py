@@ -157,6 +157,7 @@ def checkpoint_to_resume(
     path = Path(path)
     if not path.is_file():
         return None
+    record = None
     try:
         state = load_checkpoint(path)
     except DamagedCheckpoint as damaged:
@@ -182,6 +183,8 @@ def checkpoint_to_resume(
             previous = previous_path(path)
             if previous.is_file():  # that run's checkpoint of the epoch before goes with it
                 os.replace(previous, previous.with_name(previous.name + ".stale"))
+        if record is not None:  # the earlier checkpoint was another run's: this one starts over
+            record.update(resumed_from=None, resumed_epoch=0)
         return None
     log.info("resuming %s from epoch %s", path, state.get("epoch"))
     return state

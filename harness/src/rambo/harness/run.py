@@ -142,9 +142,12 @@ class TrainingRun:
             except FolderClaimedError as error:  # in the run's own log too (a SLURM job's), not only the launcher's
                 log.error("%s", error)
                 raise
-            for claim in self.claims:  # this run's folders now: a temporary file there is a killed write's
-                for stale in remove_stale_temporaries(claim.folder):
-                    log.info("removed %s, left by a write that was killed", stale)
+            stale = [path for claim in self.claims for path in remove_stale_temporaries(claim.folder)]
+            if cfg.get("headline_path"):  # a folder shared with other runs (seeds): this run's file only
+                headline = Path(cfg.headline_path)
+                stale += remove_stale_temporaries(headline.parent, {headline.name})
+            for path in stale:  # this run's folders and files now: a temporary file there is a killed write's
+                log.info("removed %s, left by a write that was killed", path)
         self.recovery: list[dict] = []  # damaged checkpoints set aside (resume=auto), for the metrics
         resume = {
             "path": self.checkpoint_path,
