@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from rambo.harness.config_check import stop_on_problems
 from rambo.harness.distributed import (
     ShardedBatchSampler,
     barrier,
@@ -40,6 +41,7 @@ from rambo.harness.runtime import resolve_device, seed_everything, set_threads
 from rambo.harness.wandb_run import wandb_keys
 from rambo.harness.workers import worker_init
 
+from .config_check import problems
 from .engine import evaluate, train_one_epoch
 from .group_sampler import BATCH_GROUPINGS, GroupedBatchSampler
 from .model import build_detector
@@ -244,6 +246,7 @@ def detection_metrics(cfg: DictConfig, classes, results: dict, run: TrainingRun)
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:  # noqa: D103 (the Hydra entry point; see the module docstring)
     check_row_name(Path(__file__).parent / "configs", cfg.experiment_name)  # one name per row (rambo.harness.row_name)
+    stop_on_problems(problems(cfg))  # a single run was checked before Hydra made its folder; a multirun's job here
     train(cfg)
 
 

@@ -1,0 +1,108 @@
+"""The detection run's config checked before anything is created (:mod:`rambo.harness.config_check`).
+
+:func:`problems` is what ``configs/train.yaml`` names under ``hydra.callbacks``: every numeric
+option and its range, the choices of the string options, and the paths that must exist: the VOC
+folders (a ``data.root`` given on the command line is read, never generated into) and
+``init_checkpoint``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from rambo.harness.config_check import (
+    Bound,
+    Problem,
+    bound_problems,
+    choice_problems,
+    named_on_command_line,
+    task_overrides,
+    without_derived,
+)
+
+BOUNDS = (
+    Bound("schedule.epochs", 0, integer=True, meaning="training epochs; 0 evaluates the starting weights"),
+    Bound("schedule.batch_size", 1, integer=True, meaning="images per training batch"),
+    Bound("schedule.lr", 0, low_open=True, meaning="learning rate"),
+    Bound("schedule.steps", 1, integer=True, meaning="epochs after which the learning rate drops"),
+    Bound("schedule.momentum", 0, 1, high_open=True),
+    Bound("schedule.weight_decay", 0),
+    Bound("schedule.warmup_iterations", 0, integer=True),
+    Bound("schedule.warmup_ratio", 0, 1, low_open=True),
+    Bound("schedule.max_iterations_per_epoch", 1, integer=True, optional=True),
+    Bound("schedule.grad_clip_max_norm", 0, low_open=True, optional=True),
+    Bound("eval.batch_size", 1, integer=True, meaning="images per forward pass of evaluation"),
+    Bound("num_workers", 0, integer=True, meaning="DataLoader worker processes; 0 loads in the training process"),
+    Bound("threads", 0, integer=True, meaning="torch CPU threads; 0 keeps torch's default"),
+    Bound("seed", 0, integer=True),
+    Bound("max_epochs_this_run", 1, integer=True, optional=True, meaning="epochs of this invocation"),
+    Bound("data.max_train_images", 1, integer=True, optional=True),
+    Bound("data.max_test_images", 1, integer=True, optional=True),
+    Bound("data.generate.trainval", 1, integer=True),
+    Bound("data.generate.test", 1, integer=True),
+    Bound("data.generate.size", 1, integer=True),
+)
+CHOICES = {
+    "resume": (False, True, "auto"),
+    "precision": ("float32", "bfloat16"),
+    "eval.method": ("11point", "area"),
+    "data.batch_grouping": ("aspect_ratio", "none"),
+}
+
+
+def voc_problem(root: Path, image_set: str) -> str | None:
+    """Why ``root`` is not a VOC year folder with the image set ``image_set``, or None."""
+    expected = f"{root}/ImageSets/Main/{image_set}.txt, {root}/Annotations/ and {root}/JPEGImages/"
+    if not root.is_dir():
+        return f"{root}: no such folder; expected a VOC folder ({expected})"
+    if not (root / "ImageSets" / "Main" / f"{image_set}.txt").is_file():
+        return f"{root}: no ImageSets/Main/{image_set}.txt; expected a VOC folder ({expected})"
+    return None
+
+
+def data_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
+    """The data folders. A generated set (``data.generate``) is made under the profile's folder
+    when absent; a ``data.root`` named on the command line is read, never generated into."""
+    data = cfg.data
+    named = named_on_command_line("data.root", overrides)
+    if data.get("generate") and not named:
+        return []
+    folders = [(Path(root), data.train_set) for root in data.train_roots] + [(Path(data.test_root), data.test_set)]
+    for root, image_set in folders:
+        problem = voc_problem(root, image_set)
+        if problem is None:
+            continue
+        if data.get("generate"):
+            spec = data.generate
+            command = (
+                f"python -m rambo.detection.synthetic {shlex.quote(str(data.root))} --seed {spec.seed} "
+                f"--trainval {spec.trainval} --test {spec.test} --size {spec.size}"
+            )
+            step = f"a folder named on the command line is read, never written: generate the set with `{command}`, or leave data.root out"
+        else:
+            step = f"download it with `python -m rambo.detection.download {data.root}` (it prints the manual steps without a network)"
+        return [Problem("data.root", f"data.root={data.root}: {problem}; {step}")]
+    return []
+
+
+def checkpoint_problems(cfg: DictConfig) -> list[Problem]:
+    """``init_checkpoint``, when set, must be a file."""
+    path = cfg.get("init_checkpoint")
+    if path and not Path(path).is_file():
+        return [
+            Problem(
+                "init_checkpoint",
+                f"init_checkpoint={path}: no such file; train the warm start first (the pipeline's "
+                "detection_warm_start stage), or set init_checkpoint=null",
+            )
+        ]
+    return []
+
+
+def problems(cfg: DictConfig) -> list[Problem]:
+    """Every problem of the composed run config ``cfg`` (with or without its ``hydra`` node)."""
+    found = without_derived(cfg, bound_problems(cfg, BOUNDS) + choice_problems(cfg, CHOICES))
+    return found + data_problems(cfg, task_overrides(cfg)) + checkpoint_problems(cfg)
