@@ -1,12 +1,15 @@
-"""Every script in examples/ runs end to end on tiny synthetic data (a subprocess each, as a user runs it).
+"""Every script in examples/ runs end to end, shrunk by its arguments (a subprocess each, as a user runs it).
 
-An ImageFolder tree of 4 classes x 6 generated 32-px PNGs (a colour per class plus noise) feeds the
+The library examples (examples/*.py: torch and rambo.core only) train on scikit-learn's bundled digits,
+shrunk to 20 images a digit and one epoch. The app examples (examples/apps/) need the apps installed: an
+ImageFolder tree of 4 classes x 6 generated 32-px PNGs (a colour per class plus noise) feeds the
 two retrieval examples; the detection example draws its own images. Settings are the smallest that
 exercise the whole script (1 epoch / 2 steps), one CPU thread each: about 40 s in all.
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 import re
@@ -20,6 +23,7 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
+APPS = EXAMPLES / "apps"
 TINY_RETRIEVAL = [
     "--epochs",
     "1",
@@ -36,10 +40,10 @@ TINY_RETRIEVAL = [
 ]
 
 
-def _run(script: str, *args: str) -> str:
+def _run(script: str, *args: str, folder: Path = APPS) -> str:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     result = subprocess.run(
-        [sys.executable, str(EXAMPLES / script), *args],
+        [sys.executable, str(folder / script), *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -73,11 +77,41 @@ def _check_retrieval_output(stdout: str) -> None:
 
 
 def test_every_example_has_a_docstring_with_a_run_line():
-    scripts = sorted(EXAMPLES.glob("*.py"))
-    assert {p.name for p in scripts} >= {"train_imagefolder.py", "train_pml.py", "detection_torchvision.py"}
-    for script in scripts:
+    library = sorted(EXAMPLES.glob("*.py"))
+    apps = sorted(APPS.glob("*.py"))
+    assert {p.name for p in library} >= {"train_digits.py"}
+    assert {p.name for p in apps} >= {"train_imagefolder.py", "train_pml.py", "detection_torchvision.py"}
+    for script in library + apps:
         text = script.read_text()
-        assert text.startswith('"""') and "Run" in text.split('"""')[1] and f"examples/{script.name}" in text
+        path = script.relative_to(ROOT).as_posix()
+        assert text.startswith('"""') and "Run" in text.split('"""')[1] and path in text, path
+
+
+def test_the_library_examples_import_only_torch_rambo_core_and_their_data_source():
+    allowed = {"__future__", "argparse", "torch", "rambo.core", "sklearn.datasets", "pytorch_metric_learning"}
+    for script in sorted(EXAMPLES.glob("*.py")):
+        imported = set()
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported.add(node.module)
+        outside = {name for name in imported if not any(name == a or name.startswith(a + ".") for a in allowed)}
+        assert not outside, f"{script.name} imports {sorted(outside)}"
+
+
+DIGITS_SHRUNK = ["--epochs", "1", "--limit", "20"]
+
+
+@pytest.mark.parametrize("script", ["train_digits.py"])
+def test_a_library_example_shrunk_prints_recall_before_and_after_and_a_seed_repeats_it(script):
+    first = _run(script, *DIGITS_SHRUNK, "--seed", "3", folder=EXAMPLES)
+    assert "train on digits 0-5 (120 images), Recall@1 on digits 6-9 (80 images, test split)" in first, first
+    recalls = re.findall(r"Recall@1 (before|after) training: +(\S+)", first)
+    assert [when for when, _ in recalls] == ["before", "after"], first
+    assert all(0.0 <= float(value) <= 1.0 for _, value in recalls), first
+    assert len(re.findall(r"epoch 1/1  loss \S+", first)) == 1, first
+    assert _run(script, *DIGITS_SHRUNK, "--seed", "3", folder=EXAMPLES) == first
 
 
 def test_train_imagefolder(image_folder):

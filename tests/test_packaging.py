@@ -184,3 +184,72 @@ def test_wheel_and_non_editable_install(sub, tmp_path):
     assert result.returncode == 0, f"pip install {wheel.name} failed:\n{result.stdout}\n{result.stderr}"
     installed = {p.relative_to(target).as_posix() for p in target.rglob("*.yaml")}
     assert _files_under_src(sub, suffixes=(".yaml",)) <= installed
+
+
+def _fresh_venv_seeing_only_third_party(tmp_path: Path) -> Path:
+    """A new virtual environment whose sys.path also holds a folder of links to this environment's
+    installed packages, every ``rambo`` one left out (its editable installs too: a ``.pth`` file's
+    paths are added, but the ``.pth`` files inside them are not run). pip there sees torch,
+    pytorch-metric-learning and their dependencies as installed, and nothing of this project."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = Path(
+        subprocess.check_output(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True
+        ).strip()
+    )
+    visible = tmp_path / "third_party"
+    visible.mkdir()
+    for source in {Path(p) for p in sys.path if p.endswith("-packages") and Path(p).is_dir()}:
+        for entry in source.iterdir():
+            name = entry.name.lower()
+            if (
+                name.startswith(("rambo", "__editable__", "_rambo"))
+                or name.endswith(".pth")
+                or (visible / entry.name).exists()
+            ):
+                continue
+            (visible / entry.name).symlink_to(entry)
+    (site / "_third_party.pth").write_text(f"{visible}\n")
+    return python
+
+
+def test_the_core_wheel_with_its_pml_extra_in_a_fresh_environment(tmp_path):
+    """What `pip install "./core[pml]"` gives a user: the wheel and its extra resolve with nothing
+    more (pip runs with --no-index), rambo.core and rambo.core.pml import from that install, a loss
+    is called on embeddings, and the core example trains there. About 20 s."""
+    wheel = _build_wheel("core", tmp_path)
+    python = _fresh_venv_seeing_only_third_party(tmp_path)
+    before = subprocess.run([python, "-c", "import rambo.core"], capture_output=True, text=True)
+    assert "No module named 'rambo'" in before.stderr, before.stderr  # nothing of the project is visible yet
+
+    install = [python, "-m", "pip", "install", "--no-index", "--find-links", str(wheel.parent), "rambo-core[pml]"]
+    result = subprocess.run(install, capture_output=True, text=True)
+    assert result.returncode == 0, f"pip install rambo-core[pml] failed:\n{result.stdout}\n{result.stderr}"
+    assert "Requirement already satisfied: pytorch-metric-learning" in result.stdout, result.stdout  # the extra
+    assert "does not provide the extra" not in result.stdout + result.stderr
+    assert "Successfully installed rambo-core-" in result.stdout, result.stdout
+
+    check = """
+import pathlib, sys, torch
+import rambo.core, rambo.core.pml
+from rambo.core import EmbeddingLoss, RecallLoss
+for module in (rambo.core, rambo.core.pml):
+    assert pathlib.Path(module.__file__).is_relative_to(sys.prefix), module.__file__
+torch.manual_seed(0)
+embeddings, labels = torch.randn(8, 4, requires_grad=True), torch.arange(4).repeat(2)
+EmbeddingLoss(RecallLoss(), tau=0)(embeddings, labels).backward()
+rambo.core.pml.RaMBORecallLoss()(embeddings, labels).backward()
+print("imported from", pathlib.Path(rambo.core.__file__).parent, "gradient", bool(embeddings.grad.abs().sum() > 0))
+"""
+    result = subprocess.run([python, "-c", check], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"imported from {tmp_path / 'venv'}" in result.stdout and "gradient True" in result.stdout, result.stdout
+
+    example = ROOT / "examples" / "train_digits.py"
+    result = subprocess.run(
+        [python, str(example), "--epochs", "1", "--limit", "20"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Recall@1 before training:" in result.stdout and "Recall@1 after training:" in result.stdout

@@ -1,4 +1,6 @@
-"""rambo.core's rank losses as pytorch-metric-learning (PML) loss functions: ``pip install rambo-core[pml]``.
+"""rambo.core's rank losses as pytorch-metric-learning (PML) loss functions: ``pip install "./core[pml]"``.
+
+(From a clone of the repository; the package is not on PyPI yet, where its name will be ``rambo-core``.)
 
 This module is the only one that imports PML; ``import rambo.core`` never does. Classes::
 
@@ -55,7 +57,7 @@ try:
         ThresholdReducer,
     )
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError("rambo.core.pml needs pytorch-metric-learning: pip install 'rambo-core[pml]'") from error
+    raise ImportError("rambo.core.pml needs pytorch-metric-learning: pip install \"./core[pml]\" from a clone") from error
 
 import torch
 

@@ -1,18 +1,19 @@
-"""Train an image-embedding network on your own ImageFolder dataset with the RaMBO recall loss.
+"""The RaMBO recall loss in a pytorch-metric-learning (PML) training loop, on your ImageFolder data.
 
-What it shows: ``rambo.core.EmbeddingMemory(RecallLoss(...))`` in a plain PyTorch loop. A
-torchvision ResNet-18 with a linear embedding head, m-per-class batches
-(``rambo.retrieval.samplers.MPerClassBatchSampler``: the loss needs several images of a class in
-each batch), Adam, and Recall@1 / MAP@R at the end (``rambo.retrieval.evaluate``, exact k-NN with faiss).
+What it shows: ``rambo.core.pml.RaMBORecallLoss`` used like any PML loss, inside
+``rambo.core.pml.CrossBatchMemory`` (PML's ``CrossBatchMemory``, accepting the RaMBO adapters):
+with ``memory_size = (tau + 1) * batch_size`` each query ranks the current batch and the last
+``tau`` batches, the paper's memory (Sec. 4.3), as ``rambo.core.EmbeddingMemory`` does in
+``train_imagefolder.py``. PML conventions throughout: a trunk (ResNet-18 without its classifier)
+and an embedder (a linear layer), PML's ``MPerClassSampler``, ``loss_func(embeddings, labels)``.
+Recall@1 / MAP@R at the end come from ``rambo.retrieval.evaluate`` (exact k-NN with faiss).
 
-Data layout (torchvision ``ImageFolder``): ``ROOT/<class name>/<image>.png|jpg``; every class
-needs at least 2 images. Retrieval is usually evaluated on classes unseen in training: give those
-as ``--test-root``; without it the training images themselves are scored.
+Data layout (torchvision ``ImageFolder``): ``ROOT/<class name>/<image>``, at least 2 images a
+class; ``--test-root`` for held-out classes (default: the training images are scored).
 
-Run (from the repository root, after ``pip install ./core ./harness "./retrieval[cpu]"``)::
+Run (after ``pip install "./core[pml]" ./harness "./retrieval[cpu]"``)::
 
-    python examples/train_imagefolder.py --root /data/my_classes --epochs 10 --image-size 224 --pretrained
-    python examples/train_imagefolder.py --root /data/train --test-root /data/test --device cuda
+    python examples/apps/train_pml.py --root /data/my_classes --epochs 10 --image-size 224 --pretrained
 
 ``--pretrained`` downloads ImageNet weights (default off: works offline, from scratch).
 """
@@ -21,21 +22,14 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
 import torch
 import torchvision
+from pytorch_metric_learning.samplers import MPerClassSampler
 from torchvision import transforms
 
-from rambo.core import EmbeddingMemory, RecallLoss
+from rambo.core.pml import CrossBatchMemory, RaMBORecallLoss
 from rambo.retrieval.evaluate import retrieval_metrics
-from rambo.retrieval.samplers import MPerClassBatchSampler
-
-
-def embedding_network(embedding_dim: int, pretrained: bool) -> torch.nn.Module:
-    """ResNet-18 whose classifier layer is replaced by a linear embedding head."""
-    weights = torchvision.models.ResNet18_Weights.DEFAULT if pretrained else None
-    network = torchvision.models.resnet18(weights=weights)
-    network.fc = torch.nn.Linear(network.fc.in_features, embedding_dim)
-    return network
 
 
 def image_transform(image_size: int, train: bool):
@@ -47,11 +41,12 @@ def image_transform(image_size: int, train: bool):
 
 
 @torch.no_grad()
-def embed(network, dataset, batch_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    network.eval()
+def embed(trunk, embedder, dataset, batch_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    trunk.eval()
+    embedder.eval()
     embeddings, labels = [], []
     for images, targets in torch.utils.data.DataLoader(dataset, batch_size=batch_size):
-        embeddings.append(network(images.to(device)).cpu())
+        embeddings.append(embedder(trunk(images.to(device))).cpu())
         labels.append(targets)
     return torch.cat(embeddings), torch.cat(labels)
 
@@ -68,12 +63,12 @@ def main(argv=None) -> dict:
         default=None,
         help="images per batch (default: 64, or classes x samples-per-class when the folder has fewer classes)",
     )
-    parser.add_argument("--samples-per-class", type=int, default=4, help="images of each class in a batch")
+    parser.add_argument("--samples-per-class", type=int, default=4, help="m of PML's MPerClassSampler")
     parser.add_argument("--embedding-dim", type=int, default=512)
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--margin", type=float, default=0.02, help="alpha (paper Table 9, SOP)")
     parser.add_argument("--lam", type=float, default=4.0, help="lambda of the blackbox ranking (Table 9, SOP)")
-    parser.add_argument("--tau", type=int, default=3, help="batches kept in the embedding memory (App. A)")
+    parser.add_argument("--tau", type=int, default=3, help="previous batches in the cross-batch memory (App. A)")
     parser.add_argument(
         "--pretrained",
         action=argparse.BooleanOptionalAction,
@@ -85,6 +80,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
+    np.random.seed(args.seed)  # PML's samplers draw from numpy's global generator (its c_f.NUMPY_RANDOM)
     device = torch.device(args.device)
     train_set = torchvision.datasets.ImageFolder(args.root, transform=image_transform(args.image_size, train=True))
     if args.batch_size is None:  # a batch holds batch / m distinct classes: at most the folder's
@@ -92,28 +88,36 @@ def main(argv=None) -> dict:
         print(
             f"batch size {args.batch_size} ({args.batch_size // args.samples_per_class} classes x {args.samples_per_class})"
         )
-    sampler = MPerClassBatchSampler(
+    sampler = MPerClassSampler(
         train_set.targets,
+        m=args.samples_per_class,
         batch_size=args.batch_size,
-        samples_per_class=args.samples_per_class,
-        seed=args.seed,
-        batches_per_epoch=max(1, len(train_set) // args.batch_size),
+        length_before_new_iter=max(len(train_set) // args.batch_size, 1) * args.batch_size,
     )
-    loader = torch.utils.data.DataLoader(train_set, batch_sampler=sampler, num_workers=0)
+    loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, sampler=sampler, drop_last=True)
 
-    network = embedding_network(args.embedding_dim, args.pretrained).to(device)
-    # Each image in the batch is a query ranked against the rest of the batch and the embeddings of
-    # the last `tau` batches (paper Sec. 4.3); RecallLoss is Eq. 20 on those rankings.
-    criterion = EmbeddingMemory(RecallLoss(margin=args.margin, lam=args.lam, weighting="log"), tau=args.tau)
-    optimizer = torch.optim.Adam(network.parameters(), lr=args.lr)
+    trunk = torchvision.models.resnet18(
+        weights=torchvision.models.ResNet18_Weights.DEFAULT if args.pretrained else None
+    )
+    trunk_dim = trunk.fc.in_features
+    trunk.fc = torch.nn.Identity()
+    embedder = torch.nn.Linear(trunk_dim, args.embedding_dim)
+    trunk, embedder = trunk.to(device), embedder.to(device)
+
+    loss_func = CrossBatchMemory(
+        RaMBORecallLoss(margin=args.margin, lam=args.lam, weighting="log"),  # cosine similarity, mean over queries
+        embedding_size=args.embedding_dim,
+        memory_size=(args.tau + 1) * args.batch_size,  # the current batch + tau previous ones
+    ).to(device)
+    optimizer = torch.optim.Adam(list(trunk.parameters()) + list(embedder.parameters()), lr=args.lr)
 
     for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)
-        network.train()
-        criterion.train()
+        trunk.train()
+        embedder.train()
         total = 0.0
         for images, labels in loader:
-            loss = criterion(network(images.to(device)), labels.to(device))
+            embeddings = embedder(trunk(images.to(device)))
+            loss = loss_func(embeddings, labels.to(device))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -123,7 +127,7 @@ def main(argv=None) -> dict:
     test_set = torchvision.datasets.ImageFolder(
         args.test_root or args.root, transform=image_transform(args.image_size, train=False)
     )
-    embeddings, labels = embed(network, test_set, args.batch_size, device)
+    embeddings, labels = embed(trunk, embedder, test_set, args.batch_size, device)
     metrics = retrieval_metrics(embeddings, labels, ks=(1,))
     print(
         f"Recall@1 {metrics['R@1']:.4f}  MAP@R {metrics['MAP@R']:.4f}  ({len(test_set)} images of {args.test_root or args.root})"

@@ -16,7 +16,7 @@ inference once. Replace ``synthetic_batch`` by your own images and targets
 
 Run (after ``pip install ./core ./harness ./detection``)::
 
-    python examples/detection_torchvision.py --steps 20 --image-size 256 --device cuda
+    python examples/apps/detection_torchvision.py --steps 20 --image-size 256 --device cuda
 
 ``weights=None, weights_backbone=None``: nothing is downloaded; pass torchvision weights for real use.
 """
