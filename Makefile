@@ -19,6 +19,8 @@ DOCS_STAMP := $(DOCS_VENV)/.installed
 PEERS_VENV := .venv-peers
 PEERS_STAMP := $(PEERS_VENV)/.installed
 PROFILE ?= mini
+# The profile params.yaml holds (its `profile:` line): the folder of its results, results/<profile>/.
+PARAMS_PROFILE = $(shell sed -n 's/^profile: *\([^ #]*\).*/\1/p' params.yaml)
 BENCH_ARGS ?=
 FORCE_PROFILE ?=
 
@@ -106,8 +108,8 @@ reproduce: install ## run the pipeline: PROFILE=mini (default; CPU, synthetic da
 	$(PY) -m rambo.ablations.set_profile $(PROFILE) $(if $(FORCE_PROFILE),--force)
 	@start=$$(date +%s); PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro; status=$$?; \
 	  echo "pipeline finished in $$(( $$(date +%s) - start )) s (exit $$status)"; exit $$status
-	@echo "tables:  results/tables/tables.md (one Markdown and JSON file per table beside it)"
-	@echo "figures: figures/out/"
+	@echo "tables:  results/$(PROFILE)/tables/tables.md (one Markdown and JSON file per table beside it)"
+	@echo "figures: figures/out/$(PROFILE)/"
 	@echo "report:  results/README.md"
 
 paper-smoke: install ## the whole paper DAG (every experiment, table and figure of PROFILE=paper) on this CPU in minutes, fed by stand-in archives of every dataset, in a scratch copy (build/paper-smoke: 9 GB of checkpoints while it runs, deleted when it passes); CI runs it
@@ -116,5 +118,5 @@ paper-smoke: install ## the whole paper DAG (every experiment, table and figure 
 figures: install ## rebuild every figure (their DVC stages, and whatever they depend on that is out of date)
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro figure_1 figure_2 figure_3 figure_4 figure_5 figure_6 table_6
 
-tables: install ## the tables from the runs' metrics.json under results/runs/ (e.g. runs made on a cluster), without running or deleting anything upstream
-	$(PY) -m rambo.ablations.tables --runs results/runs --params params.yaml --out results/tables $(if $(wildcard figures/out/fig2_minibatch_map.json),--figure2 figures/out/fig2_minibatch_map.json)
+tables: install ## the tables of params.yaml's profile from its runs' metrics.json under results/<profile>/runs/ (e.g. runs made on a cluster), without running or deleting anything upstream
+	$(PY) -m rambo.ablations.tables --runs results/$(PARAMS_PROFILE)/runs --params params.yaml --out results/$(PARAMS_PROFILE)/tables $(if $(wildcard figures/out/$(PARAMS_PROFILE)/fig2_minibatch_map.json),--figure2 figures/out/$(PARAMS_PROFILE)/fig2_minibatch_map.json)

@@ -1,7 +1,8 @@
 """A committed reproduction reproduces itself (issue 34, item 4): in a fresh clone of HEAD,
 ``make reproduce PROFILE=tiny``, and commit everything it wrote (``dvc.lock``, ``params.yaml``,
-``results/``, ``figures/out/``), after checking that no committed results file lacks a key the
-first run wrote (item 3: :func:`keys_committed_files_lack`); then a fresh clone of *that* commit runs ``make reproduce
+``results/tiny/``, ``figures/out/tiny/``), after checking that it left the committed mini results
+(``results/mini/``, ``figures/out/mini/``) as they were and that no committed results file lacks a
+key the first run wrote (item 3: :func:`keys_committed_files_lack`); then a fresh clone of *that* commit runs ``make reproduce
 PROFILE=tiny`` again, every run retrained (a clone has no checkpoints: they are git-ignored and
 never in DVC's cache), and ``git status --porcelain`` must be empty and a second ``dvc repro`` must
 run nothing.
@@ -103,7 +104,7 @@ def check_fresh(clone_dir: Path) -> None:
     )
     for name, path in zip(SOURCES, shown.split()):
         assert Path(path).resolve().is_relative_to(clone_dir.resolve() / name / "src"), (name, path)
-    assert not (clone_dir / "results" / "checkpoints").exists()
+    assert not list((clone_dir / "results").glob("*/checkpoints"))
     assert not (clone_dir / ".dvc" / "cache").exists()
     cache = run([str(BIN / "dvc"), "cache", "dir"], clone_dir).strip().splitlines()[-1]
     assert Path(cache).resolve().is_relative_to(clone_dir.resolve()), cache
@@ -153,20 +154,22 @@ def key_paths(value, prefix: str = "") -> set[str]:
 
 
 def keys_committed_files_lack(clone_dir: Path) -> dict[str, list[str]]:
-    """Issue 34 item 3: the key paths that the code wrote into a results file (a run's ``metrics.json``
-    or ``curve.json``, a table's JSON) in ``clone_dir``'s working tree and that the committed version of
-    that file lacks, per file. The tiny profile writes the same files as the committed (mini) ones, so
-    a key missing there is one the committed results were made without (e.g. ``mean_cosine``, added
-    after they were trained)."""
+    """Issue 34 item 3: the key paths that the code wrote into a results file of the tiny profile (a
+    run's ``metrics.json`` or ``curve.json``, a table's JSON, under ``results/tiny/``) in ``clone_dir``'s
+    working tree and that the committed mini version of that file (the same path under
+    ``results/mini/``) lacks, per file. The tiny profile writes the same files as the committed mini
+    ones, so a key missing there is one the committed results were made without (e.g.
+    ``mean_cosine``, added after they were trained)."""
     lacking = {}
-    written = run(["git", "diff", "--name-only", "HEAD", "--", "results"], clone_dir).split()
-    for name in written:
-        if not name.endswith(".json") or "/draws/" in name or not (clone_dir / name).is_file():
-            continue  # not a results JSON, a committed draw, or a file the run's stage removed
+    changed = run(["git", "diff", "--name-only", "HEAD", "--", "results/tiny"], clone_dir).split()
+    created = run(["git", "ls-files", "--others", "--exclude-standard", "--", "results/tiny"], clone_dir).split()
+    for name in sorted(set(changed + created)):
+        if not name.endswith(".json") or not (clone_dir / name).is_file():
+            continue  # not a results JSON, or a file the run's stage removed
         try:
-            committed = json.loads(run(["git", "show", f"HEAD:{name}"], clone_dir))
+            committed = json.loads(run(["git", "show", f"HEAD:results/mini/{name[len('results/tiny/') :]}"], clone_dir))
         except (AssertionError, ValueError):
-            continue  # a file the reproduce created: nothing committed to lack a key
+            continue  # a file mini has not (its profile's own): nothing committed to lack a key
         missing = key_paths(json.loads((clone_dir / name).read_text())) - key_paths(committed)
         if missing:
             lacking[name] = sorted(missing)
@@ -210,6 +213,8 @@ def test_a_committed_tiny_reproduction_reproduces_itself_in_a_fresh_clone(workdi
     _, first_s = reproduce(first)
     wrote = run(["git", "status", "--porcelain"], first)
     assert wrote.strip(), "the first reproduce wrote nothing git sees"
+    others = run(["git", "status", "--porcelain", "--", "results/mini", "figures/out/mini"], first)
+    assert not others.strip(), f"the tiny reproduction changed the mini profile's files:\n{others}"
     lacking = keys_committed_files_lack(first)
     assert not lacking, "committed results files lack keys the code writes (regenerate them):\n" + "\n".join(
         f"{name}: {', '.join(keys[:12])}" for name, keys in sorted(lacking.items())[:20]
@@ -225,9 +230,9 @@ def test_a_committed_tiny_reproduction_reproduces_itself_in_a_fresh_clone(workdi
     output, second_s = reproduce(second)
     not_retrained = [s for s in runs if f"Running stage '{s}'" not in output]
     assert not not_retrained, f"stages not rerun in the second clone: {not_retrained}"
-    logged = list((second / "results" / "runs").glob("*/*/seed*/wandb/offline-run-*"))
-    # the pipeline keeps checkpoints (and so the W&B id beside each) in results/checkpoints, not in the run folder
-    ids = list((second / "results" / "checkpoints").glob("*/*/seed*/checkpoint.pt.wandb-id"))
+    logged = list((second / "results" / "tiny" / "runs").glob("*/*/seed*/wandb/offline-run-*"))
+    # the pipeline keeps checkpoints (and so the W&B id beside each) in results/tiny/checkpoints, not in the run folder
+    ids = list((second / "results" / "tiny" / "checkpoints").glob("*/*/seed*/checkpoint.pt.wandb-id"))
     assert logged and ids, "the runs did not log to W&B offline: the check below would not see W&B's files"
 
     problems = []

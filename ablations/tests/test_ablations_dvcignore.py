@@ -21,8 +21,8 @@ def dvc_ignores(paths: list[str]) -> set[str]:
 
 @pytest.mark.skipif(not (ROOT / ".dvc").is_dir(), reason="not a DVC checkout")
 def test_logs_and_hydra_records_are_out_of_the_output_hashes_and_results_are_in():
-    run = "results/runs/retrieval/synthetic_log/seed0"
-    logs = [f"{run}/train.log", f"{run}/.hydra/config.yaml", "results/runs/retrieval/synthetic_log/multirun.yaml"]
+    run = "results/mini/runs/retrieval/synthetic_log/seed0"
+    logs = [f"{run}/train.log", f"{run}/.hydra/config.yaml", "results/mini/runs/retrieval/synthetic_log/multirun.yaml"]
     kept = [f"{run}/metrics.json", f"{run}/curve.json", f"{run}/headline.json"]
     assert dvc_ignores(logs + kept) == set(logs)
 

@@ -37,10 +37,12 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
     # one stage per experiment; its seeds are one Hydra multirun through the profile's launcher
     assert "Running stage 'retrieval_train@synthetic_log'" in first
     assert "Running stage 'detection_warm_start@mini_warm_start'" in first
-    assert (tiny_repo / "results" / "checkpoints" / "detection" / "mini_rambo" / "seed0" / "checkpoint.pt").is_file()
+    assert (
+        tiny_repo / "results" / "tiny" / "checkpoints" / "detection" / "mini_rambo" / "seed0" / "checkpoint.pt"
+    ).is_file()
 
     for key in ("table2", "table7", "table5", "table8"):
-        table = json.loads((tiny_repo / "results" / "tables" / f"{key}.json").read_text())
+        table = json.loads((tiny_repo / "results" / "tiny" / "tables" / f"{key}.json").read_text())
         cells = [cell for row in table["rows"] for cell in row["cells"]]
         assert any(cell["status"] == "ok" for cell in cells), key
         for cell in cells:
@@ -55,15 +57,15 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
         "fig6_surrogate_landscapes",
         "table6_speed",
     ):
-        assert (tiny_repo / "figures" / "out" / f"{figure}.png").stat().st_size > 0, figure
+        assert (tiny_repo / "figures" / "out" / "tiny" / f"{figure}.png").stat().st_size > 0, figure
 
     # every run says what made it, and the tables name the machine (issue 20)
     metrics = json.loads(
-        (tiny_repo / "results" / "runs" / "retrieval" / "synthetic_log" / "seed0" / "metrics.json").read_text()
+        (tiny_repo / "results" / "tiny" / "runs" / "retrieval" / "synthetic_log" / "seed0" / "metrics.json").read_text()
     )
     assert metrics["provenance"]["profile"] == "tiny" and metrics["provenance"]["threads"] >= 1
     assert metrics["provenance"]["device"]["cpu_capability"]
-    assert "Runs made on: " in (tiny_repo / "results" / "tables" / "tables.md").read_text()
+    assert "Runs made on: " in (tiny_repo / "results" / "tiny" / "tables" / "tables.md").read_text()
 
     second = run([str(BIN / "dvc"), "repro"], tiny_repo)
     assert "Running stage" not in second
@@ -71,18 +73,20 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
 
     # `dvc metrics show` is a table a person can read: each run's headline numbers, nothing else
     shown = run([str(BIN / "dvc"), "metrics", "show"], tiny_repo).splitlines()
-    assert any("results/headlines/detection/mini_rambo/seed0.json" in line for line in shown)
+    assert any("results/tiny/headlines/detection/mini_rambo/seed0.json" in line for line in shown)
     assert not any("summary.json" in line or "metrics.json" in line for line in shown)
+    assert all(line.startswith("results/tiny/headlines/") for line in shown[1:] if line.strip()), shown
     assert max(len(line) for line in shown) < 160, max(shown, key=len)
-    assert any("results/headlines/retrieval/synthetic_log/seed0.json" in line for line in shown), shown
+    assert any("results/tiny/headlines/retrieval/synthetic_log/seed0.json" in line for line in shown), shown
     headline = json.loads(
-        (tiny_repo / "results" / "headlines" / "retrieval" / "synthetic_log" / "seed0.json").read_text()
+        (tiny_repo / "results" / "tiny" / "headlines" / "retrieval" / "synthetic_log" / "seed0.json").read_text()
     )
     assert set(headline) == {"R@1", "MAP@R", "fair_R@1"}
 
     # every learning curve renders in `dvc plots show` (retrieval's records used to break it)
     curves = [
-        str(c.relative_to(tiny_repo)) for c in sorted((tiny_repo / "results" / "runs").glob("*/*/seed0/curve.json"))
+        str(c.relative_to(tiny_repo))
+        for c in sorted((tiny_repo / "results" / "tiny" / "runs").glob("*/*/seed0/curve.json"))
     ]
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
     shown = subprocess.run(
@@ -94,7 +98,7 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
         timeout=300,
     )
     plots = json.loads(shown.stdout)
-    assert {c.split("/")[2] for c in curves} == {"retrieval", "detection"}
+    assert {c.split("/")[3] for c in curves} == {"retrieval", "detection"}
     assert not plots.get("errors") and all(plots["data"][c] for c in curves), plots.get("errors")
 
     # `dvc plots show` with no arguments renders the pipeline's plots (issue 24): a line per run and
@@ -114,7 +118,7 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
         (only,) = rendered["data"][plot]
         return only["content"]["data"]["values"]
 
-    experiments = {p.name for p in (tiny_repo / "results" / "runs" / "retrieval").iterdir()}
+    experiments = {p.name for p in (tiny_repo / "results" / "tiny" / "runs" / "retrieval").iterdir()}
     assert {v["run"] for v in values("retrieval_loss")} == {f"{e} seed0" for e in experiments}
     assert {v["run"] for v in values("retrieval_recall")} == {f"{e} seed0" for e in experiments}
     assert all(0 <= v["R@1"] <= 100 for v in values("retrieval_recall"))

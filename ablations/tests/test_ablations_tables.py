@@ -190,10 +190,15 @@ def test_the_committed_params_file_is_not_a_local_edit(tmp_path):
 
 
 def test_make_tables_builds_the_tables_from_runs_alone(tmp_path):
-    """`make tables`: the documented way to bring in runs made elsewhere (no DVC, nothing upstream)."""
+    """`make tables`: the documented way to bring in runs made elsewhere (no DVC, nothing upstream), for
+    params.yaml's profile, in its own folder."""
     root = Path(__file__).resolve().parents[2]
     recipe = subprocess.run(["make", "-n", "tables", "PY=python"], cwd=root, capture_output=True, text=True).stdout
-    assert "-m rambo.ablations.tables --runs results/runs --params params.yaml --out results/tables" in recipe
+    profile = yaml.safe_load((root / "params.yaml").read_text())["profile"]  # its runs and tables: its own folder
+    assert (
+        f"-m rambo.ablations.tables --runs results/{profile}/runs --params params.yaml --out results/{profile}/tables"
+        in recipe
+    )
     assert "dvc" not in recipe.split("rambo.ablations.tables")[1]
 
 

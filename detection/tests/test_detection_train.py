@@ -282,7 +282,7 @@ def test_a_warm_started_run_begins_from_the_warm_start_weights(tmp_path, data_ro
 def test_mini_rows_start_from_the_warm_start_of_their_seed():
     for experiment in ("mini_ce", "mini_rambo", "mini_table8_lam0p1_margin"):
         cfg = compose_config([f"experiment={experiment}", "seed=2"])
-        assert cfg.init_checkpoint == "results/checkpoints/detection/mini_warm_start/seed2/checkpoint.pt"
+        assert cfg.init_checkpoint == "results/mini/checkpoints/detection/mini_warm_start/seed2/checkpoint.pt"
         assert cfg.loss.get("loss_weight", 1.0) == 1.0  # lambda is the labelled one; no extra weight
     assert compose_config(["experiment=mini_warm_start"]).init_checkpoint is None
 

@@ -115,11 +115,14 @@ def quick_runs(cluster, shared):
     """Seeds 0 and 1 of a retrieval row swept through SLURM into the tables' layout (sub-test a)."""
     started = time.time()
     sweep(
-        cluster, shared, "retrieval", [*QUICK, "seed=0,1", "hydra.sweep.dir=results/runs/retrieval/${experiment_name}"]
+        cluster,
+        shared,
+        "retrieval",
+        [*QUICK, "seed=0,1", "hydra.sweep.dir=results/tiny/runs/retrieval/${experiment_name}"],
     )
     seconds = time.time() - started
     runs = {
-        seed: results(shared / "results/runs/retrieval/synthetic_log" / f"seed{seed}" / "metrics.json")
+        seed: results(shared / "results/tiny/runs/retrieval/synthetic_log" / f"seed{seed}" / "metrics.json")
         for seed in (0, 1)
     }
     return runs, seconds
@@ -158,7 +161,7 @@ def long_reference(cluster, shared):
 def test_a_sweep_of_each_app_fills_the_tables_layout_and_make_tables_reads_it(cluster, shared, quick_runs):
     runs, retrieval_seconds = quick_runs
     assert [runs[seed]["seed"] for seed in (0, 1)] == [0, 1]
-    logs = job_logs(shared / "results/runs/retrieval/synthetic_log")
+    logs = job_logs(shared / "results/tiny/runs/retrieval/synthetic_log")
     assert len([name for name in logs if name.endswith("_log.out")]) == 2  # two SLURM jobs, one per seed
     started = time.time()
     sweep(
@@ -174,17 +177,19 @@ def test_a_sweep_of_each_app_fills_the_tables_layout_and_make_tables_reads_it(cl
             "data_dir=data/detection",
             "resume=auto",
             "seed=0,1",
-            "hydra.sweep.dir=results/runs/detection/${experiment_name}",
+            "hydra.sweep.dir=results/tiny/runs/detection/${experiment_name}",
             "hydra.sweep.subdir=seed${seed}",
         ],
     )
     detection_seconds = time.time() - started
     for seed in (0, 1):
-        assert results(shared / "results/runs/detection/mini_ce" / f"seed{seed}" / "metrics.json")["seed"] == seed
+        assert results(shared / "results/tiny/runs/detection/mini_ce" / f"seed{seed}" / "metrics.json")["seed"] == seed
 
     params = yaml.safe_load((REPO / "ablations/profiles/tiny.yaml").read_text())  # the tiny profile, these two rows
     params["seeds"] = "0,1"
     params["tables"]["runs"] = {"retrieval/sop/rambo_recall_log": "synthetic_log", "detection/r50_07/ce": "mini_ce"}
+    params["retrieval"].update(experiments=["synthetic_log"], ablations=[])  # the rows trained: each fills a cell
+    params["detection"].update(experiments=["mini_ce"], ablations=[])
     (shared / "params.yaml").write_text(yaml.safe_dump(params))
     run(
         cluster,
@@ -193,17 +198,17 @@ def test_a_sweep_of_each_app_fills_the_tables_layout_and_make_tables_reads_it(cl
             "-m",
             "rambo.ablations.tables",
             "--runs",
-            "results/runs",
+            "results/tiny/runs",
             "--params",
             "params.yaml",
             "--out",
-            "results/tables",
+            "results/tiny/tables",
             "--wandb-mode",
             "disabled",
         ],
         shared,
     )
-    text = (shared / "results/tables/tables.md").read_text()
+    text = (shared / "results/tiny/tables/tables.md").read_text()
     table_2 = next(line for line in text.splitlines() if line.startswith("| RaMBO log"))
     table_5 = next(line for line in text.splitlines() if line.startswith("| ") and "CE" in line and "±" in line)
     assert "±" in table_2 and "not run" not in table_2.split("|")[2], table_2
@@ -230,13 +235,17 @@ def test_the_pipeline_with_slurm_as_its_launcher_makes_the_tables_of_the_local_l
         started = time.time()
         run(cluster, [str(BIN / "dvc"), "repro"], repo, timeout=1800)
         seconds[name], repos[name] = time.time() - started, repo
-    slurm_jobs = list((repos["slurm"] / "results/runs").rglob(".submitit"))
-    assert slurm_jobs and not list((repos["local"] / "results/runs").rglob(".submitit"))  # SLURM ran the runs
-    tables = sorted(path.relative_to(repos["local"]) for path in (repos["local"] / "results/tables").glob("*.json"))
+    slurm_jobs = list((repos["slurm"] / "results/tiny/runs").rglob(".submitit"))
+    assert slurm_jobs and not list((repos["local"] / "results/tiny/runs").rglob(".submitit"))  # SLURM ran the runs
+    tables = sorted(
+        path.relative_to(repos["local"]) for path in (repos["local"] / "results/tiny/tables").glob("*.json")
+    )
     assert tables
     for table in tables:
         assert (repos["slurm"] / table).read_bytes() == (repos["local"] / table).read_bytes(), table
-    runs = sorted(path.relative_to(repos["local"]) for path in (repos["local"] / "results/runs").rglob("metrics.json"))
+    runs = sorted(
+        path.relative_to(repos["local"]) for path in (repos["local"] / "results/tiny/runs").rglob("metrics.json")
+    )
     for metrics in runs:
         assert results(repos["slurm"] / metrics) == results(repos["local"] / metrics), metrics
     print(

@@ -125,9 +125,10 @@ def write_stand_in_weights(torch_home: Path, sums: Path) -> list[Path]:
 
 def filled_cells(repo: Path) -> tuple[int, list[str]]:
     """How many table cells have a value, and the runs the profile's tables name that fill none."""
-    named = set(yaml.safe_load((repo / "params.yaml").read_text())["tables"]["runs"].values())
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    named = set(params["tables"]["runs"].values())
     filled, used = 0, set()
-    for path in sorted((repo / "results" / "tables").glob("table*.json")):
+    for path in sorted((repo / "results" / params["profile"] / "tables").glob("table*.json")):  # the profile's own
         for row in json.loads(path.read_text())["rows"]:
             for cell in row["cells"]:
                 if cell["status"] == "ok":

@@ -1,9 +1,11 @@
 """Turn the pipeline's runs into the paper's tables: mean +- std over seeds, the paper's number beside.
 
-    python -m rambo.ablations.tables --runs results/runs --params params.yaml --out results/tables
+    python -m rambo.ablations.tables --runs results/mini/runs --params params.yaml --out results/mini/tables
 
-Reads ``runs/<task>/<experiment>/seed<k>/metrics.json`` (written by the training stages); the
-profile's ``tables.runs`` in params.yaml says which experiment fills which paper cell. It
+Reads ``runs/<task>/<experiment>/seed<k>/metrics.json`` (written by the training stages; the
+pipeline keeps each profile's runs and tables in ``results/<profile>/``, so a table reads only its
+profile's runs); the profile's ``tables.runs`` in params.yaml says which experiment fills which
+paper cell, and every experiment the profile trains must fill one. It
 writes ``<out>/<table>.md`` and ``<out>/<table>.json`` for every table of ``paper_numbers.TABLES``,
 ``<out>/tables.md`` with all of them, ``<out>/claims.{md,json}`` (the paper's qualitative claims,
 paired by seed with 95% intervals: :mod:`claims`; ``--figure2`` adds Fig. 2's bias claims) and
@@ -13,8 +15,9 @@ run's ``provenance``: :mod:`rambo.harness.provenance`). A profile's ``tables.sec
 same runs made again on other CPU kernels or thread counts, committed under ``results/draws/``)
 adds a column to the claims: the verdict on that draw, and whether it is the same. With
 ``--wandb-mode`` other than ``disabled``, an aggregate W&B run mirrors the tables (the files stay the
-primary copy). A cell whose dataset the profile does not run says so; a cell whose runs are missing
-is an error, so a broken pipeline cannot produce a quietly empty table.
+primary copy). A cell the profile does not run says so and names the profile; a cell whose runs are
+missing is an error, and so is a trained experiment that fills no cell (its rows would read "not run"),
+so a broken pipeline cannot produce a quietly empty table.
 """
 
 from __future__ import annotations
@@ -113,6 +116,19 @@ def collect_cell(cell: Cell, runs: Path, run_map: dict, seeds: list[int]) -> dic
     }
 
 
+def unnamed_experiments(params: dict) -> list[str]:
+    """``<task>/<experiment>`` of every experiment the profile trains (params ``<task>.experiments``
+    and ``.ablations``) that no cell of ``tables.runs`` names: its rows would read "not run"."""
+    named = {f"{cell.split('/')[0]}/{experiment}" for cell, experiment in params["tables"]["runs"].items()}
+    trained = {
+        f"{task}/{experiment}"
+        for task in ("retrieval", "detection")
+        for key in ("experiments", "ablations")
+        for experiment in (params.get(task) or {}).get(key) or []
+    }
+    return sorted(trained - named)
+
+
 def format_cell(cell: dict) -> str:
     paper = "-" if cell["paper"] is None else f"{cell['paper']:.1f}"
     if cell["status"] != "ok":
@@ -141,7 +157,8 @@ def markdown(built: dict, profile: str, labels: dict, seeds: list[int], notes: d
     lines = [
         f"### {built['title']}",
         "",
-        f"Profile `{profile}`: {ran_text}; mean ± std over seeds {seeds}; the paper's number in brackets.",
+        f"Profile `{profile}`: {ran_text}; mean ± std over seeds {seeds}; the paper's number in brackets; "
+        f"not run: a row profile `{profile}` does not train.",
         "",
         "| | " + " | ".join(built["columns"]) + " |",
         "|---|" + "---|" * len(built["columns"]),
@@ -258,6 +275,12 @@ def main(argv: list[str] | None = None) -> None:
     params = yaml.safe_load(args.params.read_text())
     profile, seeds = params["profile"], parse_seeds(params["seeds"])
     run_map, labels = params["tables"]["runs"], params["tables"].get("labels", {})
+    unnamed = unnamed_experiments(params)
+    if unnamed:
+        raise SystemExit(
+            f"{args.params}: profile {profile!r} trains {', '.join(unnamed)}, which no table cell names, so its "
+            f"tables would call them not run; name their cells under tables.runs (ablations/profiles/{profile}.yaml)"
+        )
     notes = params["tables"].get("notes", {})
     machines = machines_text(run_machines(args.runs, run_map, seeds))
     built_tables, sections, summary = [], [], {}
@@ -293,9 +316,10 @@ def main(argv: list[str] | None = None) -> None:
     write_text(args.out / "claims.json", json.dumps(record, indent=2) + "\n")
     sections.append(claims_text)
     write_text(
-        args.out / "tables.md", f"## Reproduced tables (profile `{profile}`)\n\n{machines}\n\n" + "\n".join(sections)
+        args.out / "tables.md",
+        f"## Reproduced tables (profile `{profile}`, its runs in {args.runs})\n\n{machines}\n\n" + "\n".join(sections),
     )
-    write_text(args.out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    write_text(args.out / "summary.json", json.dumps({"profile": profile, **summary}, indent=2, sort_keys=True) + "\n")
     if args.plots:
         write_plot_data(args.runs, seeds, built_tables, args.plots)
     log_to_wandb(
