@@ -201,3 +201,29 @@ def test_a_trained_experiment_no_cell_names_stops_the_tables_stage(pipelines, tw
     )
     assert len(done.stderr.strip().splitlines()) == 1
     assert snapshot(two_profiles) == before  # nothing written
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="a git checkout is needed")
+def test_git_keeps_every_profiles_results_and_ignores_their_checkpoints():
+    """A profile's runs, headlines, tables, plots and figures (PNG, JSON) can be committed in its own
+    folders; its checkpoints, exports, PDFs and the SoDeep sorter cannot."""
+    kept = [
+        "results/tiny/runs/retrieval/synthetic_log/seed0/metrics.json",
+        "results/tiny/headlines/retrieval/synthetic_log/seed0.json",
+        "results/tiny/tables/tables.md",
+        "results/tiny/plots/table2.json",
+        "figures/out/tiny/fig1_landscape.png",
+        "figures/out/tiny/fig1_landscape.json",
+    ]
+    ignored = [
+        "results/tiny/checkpoints/retrieval/synthetic_log/seed0/checkpoint.pt",
+        "results/tiny/exports/synthetic_log/scores.npz",
+        "results/tiny/runs/retrieval/synthetic_log/seed0/train.log",
+        "figures/out/tiny/fig1_landscape.pdf",
+        "figures/out/tiny/sodeep_sorter.pt",
+    ]
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", *kept, *ignored], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode in (0, 1), done.stderr
+    assert set(done.stdout.split()) == set(ignored)

@@ -1,5 +1,5 @@
 """rambo.figures: the paper's figures, one module per figure, run from the repository root with
-``python -m rambo.figures.<module> --out figures/out ...`` (the DVC stages ``figure_1`` ...
+``python -m rambo.figures.<module> --out figures/out/<profile> ...`` (the DVC stages ``figure_1`` ...
 ``figure_6``, ``table_6``, ``figures_sodeep``); the helper modules beside them hold one concept each
 (figures/README.md)."""
 
