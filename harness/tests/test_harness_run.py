@@ -270,7 +270,7 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_run_continues_from_the_epoch_
     ]
     assert json.loads((out / "metrics.json").read_text())["checkpoint_recovery"] == recovery
     assert (out / "checkpoint.pt.damaged").read_bytes() == damaged  # kept as it was
-    assert torch.load(out / "checkpoint.pt")["epoch"] == 3 and torch.load(out / "checkpoint.prev.pt")["epoch"] == 2
+    assert torch.load(out / "checkpoint.pt")["epoch"] == 3 and not (out / "checkpoint.prev.pt").exists()  # finished
     assert f"{out / 'checkpoint.pt'} is a damaged checkpoint (" in caplog.text
     assert f"continuing from {out / 'checkpoint.prev.pt'} (epoch 1)" in caplog.text
 
@@ -291,11 +291,55 @@ def test_a_damaged_checkpoint_without_an_earlier_one_starts_the_run_afresh(tmp_p
     assert (out / "checkpoint.pt.damaged").read_bytes() == b"garbage"
     assert (out / "checkpoint.prev.pt.damaged").read_bytes() == damaged_previous
     assert f"no earlier checkpoint to continue from: {out / 'checkpoint.pt'} trains from the start" in caplog.text
-    # a second damage keeps the first one's file too
+    # a second damage keeps the first one's file too; the run had finished, so no earlier checkpoint is kept
+    assert not (out / "checkpoint.prev.pt").exists()
     (out / "checkpoint.pt").write_bytes(b"garbage again")
     again = train(config(out, resume="auto"))
-    assert [r["damaged_checkpoint"] for r in again["checkpoint_recovery"]] == [
-        "checkpoint.pt.damaged",
-        "checkpoint.pt.damaged.1",
+    assert [(r["damaged_checkpoint"], r["resumed_from"]) for r in again["checkpoint_recovery"]] == [
+        ("checkpoint.pt.damaged.1", None)
     ]
+    assert (out / "checkpoint.pt.damaged").read_bytes() == b"garbage"
     assert (out / "checkpoint.pt.damaged.1").read_bytes() == b"garbage again"
+
+
+def test_a_finished_runs_checkpoint_drops_the_optimiser_and_resumes_to_the_same_outputs(tmp_path):
+    """While it trains, a run's checkpoint holds the optimiser state and the one of the epoch before
+    is kept beside it; the last epoch's holds what evaluating and resuming need, without them."""
+    out = tmp_path / "run"
+    train(config(out, max_epochs_this_run=2))
+    training = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert set(training["state"]) == {"model", "optimizer"} and "finished" not in training
+    assert (out / "checkpoint.prev.pt").is_file()
+    straight = train(config(tmp_path / "straight"))
+    assert train(config(out, resume=True)) == straight
+    finished = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert set(finished["state"]) == {"model"} and finished["finished"] is True
+    assert {"epoch", "curve", "extra", "rng", "config", "identity"} <= finished.keys() and finished["epoch"] == 3
+    assert not (out / "checkpoint.prev.pt").exists()
+    torch.testing.assert_close(
+        torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)["state"],
+        finished["state"],
+        rtol=0,
+        atol=0,
+    )
+
+    outputs = {name: (out / name).read_bytes() for name in ("metrics.json", "curve.json", "checkpoint.pt")}
+    for name in ("metrics.json", "curve.json"):
+        (out / name).unlink()
+    torch.manual_seed(123)
+    assert train(config(out, resume="auto")) == straight  # nothing to train: the same results written again
+    assert {name: (out / name).read_bytes() for name in outputs} == outputs
+    assert sorted(path.name for path in out.iterdir()) == ["checkpoint.pt", "curve.json", "metrics.json"]
+
+
+def test_a_finished_checkpoint_cannot_train_further_epochs(tmp_path):
+    train(config(tmp_path), epochs=2)
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    with pytest.raises(ValueError) as caught:
+        train(config(tmp_path, resume=True), epochs=3)
+    assert str(caught.value) == (
+        f"{tmp_path / 'checkpoint.pt'} is the checkpoint of a finished run (2 epochs), kept without its optimiser "
+        "and scheduler state: it cannot train on to epoch 3; train a new run (another experiment_name, or "
+        "resume=false to start over)"
+    )
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before

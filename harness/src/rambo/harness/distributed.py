@@ -19,7 +19,9 @@ __all__ = [
     "ShardedBatchSampler",
     "barrier",
     "detect_setup",
+    "gather_to_main",
     "init_process_group",
+    "rank",
     "world_size",
     "wrap_model",
 ]
@@ -89,6 +91,21 @@ def init_process_group(setup: DistributedSetup, backend: str | None = None) -> N
 def world_size() -> int:
     """The number of processes of the initialised default process group; 1 without one."""
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank() -> int:
+    """This process's rank in the initialised default process group; 0 without one."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def gather_to_main(value) -> list | None:
+    """Every process's ``value`` (picklable), in rank order, on the main process (``None`` on the
+    others); ``[value]`` for a single process. Called by every process."""
+    if world_size() == 1:
+        return [value]
+    gathered = [None] * world_size() if rank() == 0 else None
+    dist.gather_object(value, gathered, dst=0)
+    return gathered
 
 
 def barrier() -> None:

@@ -21,6 +21,16 @@ temporary files a killed write left there (:func:`.atomic.remove_stale_temporari
 Each epoch's checkpoint replaces the one before, which is kept as ``checkpoint.prev.pt``
 (:func:`.checkpoint.keep_as_previous`): under ``resume=auto`` a damaged checkpoint is set aside and the
 run continues from that one (:mod:`.resume`); the metrics then say so (``checkpoint_recovery``).
+The checkpoint of the last epoch is the finished run's: it keeps what evaluating the run and resuming
+it again need (weights, score memories, random states, curve, ``extra``, identity) and leaves out
+the state of the optimisers and learning-rate schedulers (:func:`training_only`: Adam's is twice
+the weights), marked ``"finished": True``; ``checkpoint.prev.pt`` is removed then (it serves the
+recovery of a run still training). Resuming a finished run trains nothing and writes its results again;
+a finished checkpoint cannot train further epochs (one error line says so).
+With several processes (torchrun, SLURM tasks) every process's own state is checkpointed too, in
+``"processes"`` (one entry per rank): the extra state of its modules (``get_extra_state``: the score
+memories and a loss's own generator, which are each process's own under ``global_batch=False``) and
+its random states; each process resumes with its own.
 W&B: one run per seed in the group ``<profile>/<experiment>`` (:func:`wandb_group`), its config the
 run's flat ``wandb_keys`` (task, dataset, loss_name, lambda, margin, tau, seed: what a dashboard
 filters on) beside ``profile`` and the whole config, its summary the headline numbers and metrics.
@@ -38,12 +48,13 @@ import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .atomic import remove_stale_temporaries, write_json, write_text
-from .checkpoint import keep_as_previous, rng_states, save_checkpoint, set_rng_states
+from .checkpoint import keep_as_previous, previous_path, rng_states, save_checkpoint, set_rng_states
 from .claim import FolderClaimedError, claim_folders
-from .distributed import barrier
+from .distributed import barrier, gather_to_main, rank, world_size
 from .provenance import run_provenance
 from .resume import check_policy, checkpoint_to_resume, run_identity
 from .run_log import log_done, log_epoch
@@ -85,6 +96,38 @@ def placeless(config: Mapping) -> dict:
     """``config`` without :data:`RUN_FILE_KEYS`: what a checkpoint keeps of its run's config, so
     that the same run made in another folder or clone writes a byte-identical checkpoint (issue 34)."""
     return {key: value for key, value in config.items() if key not in RUN_FILE_KEYS}
+
+
+def training_only(target) -> bool:
+    """Whether ``target``'s state serves further training only (an optimiser, a learning-rate
+    scheduler): a finished run's checkpoint leaves it out."""
+    return isinstance(target, (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler))
+
+
+#: The suffix of a module's extra state in its ``state_dict`` (``torch.nn.Module.get_extra_state``).
+EXTRA_STATE = "_extra_state"
+
+
+def own_state(stateful: Mapping) -> dict:
+    """This process's own state: the extra state of every module in ``stateful`` (score memories, a
+    loss's generator: ``{name: {key: state}}``) and its random states, on the CPU."""
+    modules = {}
+    for name, target in stateful.items():
+        if isinstance(target, torch.nn.Module):
+            extra = {key: value for key, value in target.state_dict().items() if key.endswith(EXTRA_STATE)}
+            if extra:
+                modules[name] = extra
+    return _on_cpu({"state": modules, "rng": rng_states()})
+
+
+def _on_cpu(value):
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {key: _on_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(item) for item in value)
+    return value
 
 
 def wandb_group(profile: str | None, experiment: str) -> str:
@@ -164,11 +207,20 @@ class TrainingRun:
         barrier()  # the other processes read the checkpoint the main one kept (or set aside)
         if not is_main:
             state = checkpoint_to_resume(**resume)
+        self.finished = False  # resumed from a finished run's checkpoint (no optimiser state)
         if state is not None:
             self.recovery[:0] = state.get("recovery", [])
+            self.finished = bool(state.get("finished", False))
+            own = self._saved_own_state(state)
             for name, target in self.stateful.items():
-                target.load_state_dict(state["state"][name])
-            set_rng_states(state["rng"])
+                if name in state["state"]:
+                    target.load_state_dict({**state["state"][name], **own["state"].get(name, {})})
+                elif not (self.finished and training_only(target)):
+                    raise ValueError(
+                        f"{self.checkpoint_path} holds no state of {name!r}: it was written by other code; "
+                        "use another checkpoint_path, or resume=false to start over"
+                    )
+            set_rng_states(own["rng"])
             self.epoch, self.curve = state["epoch"], state["curve"]
             wandb_id = saved_wandb_id(self.checkpoint_path, state) if is_main else None
             self.extra.update(state["extra"])
@@ -191,6 +243,13 @@ class TrainingRun:
     def epochs(self, total: int) -> Iterator[int]:
         """The epochs (1-based) this invocation trains: from the one after the checkpoint's up to
         ``total``, at most ``max_epochs_this_run`` of them (job time limits)."""
+        if self.finished and total > self.epoch:
+            self.release()
+            raise ValueError(
+                f"{self.checkpoint_path} is the checkpoint of a finished run ({self.epoch} epochs), kept without "
+                f"its optimiser and scheduler state: it cannot train on to epoch {total}; train a new run "
+                "(another experiment_name, or resume=false to start over)"
+            )
         limit = self.cfg.get("max_epochs_this_run")
         last = total if limit is None else min(total, self.epoch + int(limit))
         yield from range(self.epoch + 1, last + 1)
@@ -215,9 +274,15 @@ class TrainingRun:
             raise self.diverged(ValueError(f"epoch {row['epoch']}: mean loss {loss}"))
         self.epoch = row["epoch"]
         self.curve.append(row)
+        finished = self.epoch >= total
+        processes = gather_to_main(own_state(self.stateful)) if world_size() > 1 else None
         if self.is_main:
             state = {
-                "state": {name: target.state_dict() for name, target in self.stateful.items()},
+                "state": {
+                    name: target.state_dict()
+                    for name, target in self.stateful.items()
+                    if not (finished and training_only(target))
+                },
                 "epoch": self.epoch,
                 "curve": self._tracked_curve(),
                 "extra": self.extra,
@@ -225,16 +290,41 @@ class TrainingRun:
                 "config": placeless(self.config),
                 "identity": self.identity,
             }
+            if processes is not None:  # only then: a single process's checkpoint keeps its bytes
+                state["processes"] = processes
+            if finished:
+                state["finished"] = True
             if self.recovery:  # only then: an undisturbed run's checkpoint keeps its bytes
                 state["recovery"] = self.recovery
-            keep_as_previous(self.checkpoint_path)
-            save_checkpoint(state, self.checkpoint_path)
+            if finished:  # a kill during this write leaves the last two checkpoints as they were
+                save_checkpoint(state, self.checkpoint_path)
+                previous_path(self.checkpoint_path).unlink(missing_ok=True)
+            else:
+                keep_as_previous(self.checkpoint_path)
+                save_checkpoint(state, self.checkpoint_path)
             self._write_curve()
             shown = [k for k in row if k != "epoch" and (self.summary_keys is None or k in self.summary_keys)]
             log_epoch(self.epoch, total, {k: row[k] for k in shown})
             if self.wandb is not None:
                 self.wandb.log(row, step=self.epoch)
         barrier()
+
+    def _saved_own_state(self, state: Mapping) -> dict:
+        """This process's own state in ``state`` (:func:`own_state`): its entry of ``"processes"``
+        when the checkpoint was written by as many processes as this run has, else the main process's
+        (a checkpoint of one process; or of another number of processes: said in the log)."""
+        processes = state.get("processes")
+        if processes is not None and len(processes) == world_size():
+            return processes[rank()]
+        if processes is not None and self.is_main:
+            log.warning(
+                "%s holds the score memories and random states of %d processes, this run has %d: "
+                "every process resumes with those of process 0",
+                self.checkpoint_path,
+                len(processes),
+                world_size(),
+            )
+        return processes[0] if processes else {"state": {}, "rng": state["rng"]}
 
     def _tracked_curve(self) -> list[dict]:
         return [
