@@ -143,6 +143,8 @@ def test_resume_continues_to_the_same_result(data_root, tmp_path):
     a = load_checkpoint(tmp_path / "straight" / "checkpoint.pt")  # weights_only=True
     b = load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")
     assert a["epoch"] == b["epoch"] == 2
+    assert set(a["state"]) == set(b["state"]) == {"model"}  # finished: no optimiser or scheduler state
+    assert a["finished"] is b["finished"] is True and not (tmp_path / "resumed" / "checkpoint.prev.pt").exists()
     for key, value in a["state"]["model"].items():
         if isinstance(value, torch.Tensor):
             torch.testing.assert_close(b["state"]["model"][key], value, rtol=0, atol=0, msg=key)

@@ -111,13 +111,19 @@ def test_resume_refuses_a_checkpoint_of_another_configuration(data_dir, tmp_path
 
 
 def test_resuming_a_finished_run_rewrites_the_same_metrics_and_curve(data_dir, tmp_path):
-    """A pipeline stage rerun after its outputs were deleted must write them again."""
+    """A pipeline stage rerun after its outputs were deleted must write them again. The finished
+    run's checkpoint holds no optimiser or scheduler state (Adam's is twice the weights)."""
     train(tiny(data_dir, tmp_path))
+    finished = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert set(finished["state"]) == {"model", "loss"} and finished["finished"] is True
+    assert not (tmp_path / "checkpoint.prev.pt").exists()
+    checkpoint = (tmp_path / "checkpoint.pt").read_bytes()
     before = {name: (tmp_path / name).read_text() for name in ("metrics.json", "curve.json")}
     for name in before:
         (tmp_path / name).unlink()
     train(tiny(data_dir, tmp_path, "resume=auto"))
     assert {name: (tmp_path / name).read_text() for name in before} == before
+    assert (tmp_path / "checkpoint.pt").read_bytes() == checkpoint
 
 
 def test_resume_auto_sets_a_checkpoint_of_another_configuration_aside(data_dir, tmp_path):
