@@ -73,8 +73,9 @@ $(DOCS_STAMP): environments/docs-requirements.txt
 	$(DOCS_VENV)/bin/pip install -q -r environments/docs-requirements.txt
 	touch $@
 
-docs: $(DOCS_STAMP) ## the API reference from the docstrings (mkdocs + mkdocstrings; warnings are errors) into build/docs; CI runs it
-	$(DOCS_VENV)/bin/mkdocs build --strict
+docs: $(DOCS_STAMP) ## the documentation site and the API reference from the docstrings (mkdocs, Material, mkdocstrings; warnings are errors) into build/docs, then every internal link and anchor of the built pages checked; CI runs it
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
+	$(DOCS_VENV)/bin/python tests/check_site_links.py build/docs
 
 bench: install ## AP-loss speed benchmark vs the reference algorithm and one float32 sort (BENCH_ARGS="--with-1e8 --device cuda")
 	$(PY) -m rambo.core.benchmark --out core/benchmarks/ap_loss.json --markdown core/benchmarks/ap_loss.md $(BENCH_ARGS)
@@ -98,8 +99,8 @@ gpu-check: install ## the project on one GPU in minutes (core tests on CUDA, ran
 wandb-report: install ## a W&B Report of the profile's runs (tables as bars over seeds, learning curves, claims; needs WANDB_API_KEY and the network): python -m rambo.ablations.wandb_report
 	$(PY) -m rambo.ablations.wandb_report --params params.yaml
 
-gpu-budget: install ## hours per paper experiment on one GPU, from the step times of benchmarks/gpu_check.json (a real GPU run of make gpu-check)
-	$(PY) benchmarks/gpu_budget.py
+gpu-budget: install ## hours per paper experiment on one GPU, from the step times of benchmarks/gpu_check.json (a real GPU run of make gpu-check): benchmarks/gpu_budget.md, which the docs include
+	$(PY) benchmarks/gpu_budget.py --markdown benchmarks/gpu_budget.md
 
 memory-plan: install ## GPU memory of every paper experiment's training step and evaluation, measured on this CPU at 2 and 4 images and extrapolated to its batch, beside 16/24/40/80 GB cards: benchmarks/memory_plan.{md,json} (minutes)
 	$(PY) benchmarks/memory_plan.py

@@ -67,15 +67,15 @@ def test_an_open_entry_whose_config_changed_is_drift_too():
 
 def test_every_kept_deviation_has_its_row_in_the_readme_table():
     ledger = load_ledger()
-    readme = paper_settings.README.read_text()
+    readme = paper_settings.DEVIATIONS_PAGE.read_text()
     assert paper_settings.missing_deviation_rows(ledger, readme) == []
     kept = [entry for _, entry in paper_settings.all_entries(ledger) if "deviation" in entry]
     assert len(kept) >= 5
     # A row taken out of the table is named.
     without = readme.replace("| Detection CE rows' recipe |", "| (removed) |")
     assert paper_settings.missing_deviation_rows(ledger, without) == [
-        "detection: schedule.batch_size keeps a deviation; the README's deviations table has no row \"Detection CE rows' recipe\"",
-        "detection: schedule.lr keeps a deviation; the README's deviations table has no row \"Detection CE rows' recipe\"",
+        'detection: schedule.batch_size keeps a deviation; the deviations table of docs/faithfulness.md has no row "Detection CE rows\' recipe"',
+        'detection: schedule.lr keeps a deviation; the deviations table of docs/faithfulness.md has no row "Detection CE rows\' recipe"',
     ]
     # A deviation that names no row is named too.
     kept[0].pop("readme_row")

@@ -22,8 +22,8 @@ code does (``code_value``, optional). An entry whose ``value`` differs from eith
 ``deviation`` (issue 30: before, an entry could differ from the paper silently, as the CE rows'
 batch and learning rate did); a ``deviation`` whose value differs from neither is a stale row.
 Every entry with a ``deviation`` (a setting the project deliberately does differently) names its
-row of the README's deviations table (``readme_row``, the row's first cell); a row that is not
-there fails the check as well, so the table cannot lose a deviation the ledger keeps.
+row of the deviations table of ``docs/faithfulness.md`` (``readme_row``, the row's first cell); a row
+that is not there fails the check as well, so the table cannot lose a deviation the ledger keeps.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import yaml
 from .checkout import ABLATIONS, REPO
 
 LEDGER = ABLATIONS / "paper_settings.yaml"
-README = REPO / "README.md"
+DEVIATIONS_PAGE = REPO / "docs" / "faithfulness.md"
 DEVIATIONS_HEADING = "## Deviations from the paper and the authors' code"
 MISSING = object()
 NOT_STATED = "not stated"  # the paper_value of a setting the paper does not state
@@ -209,16 +209,16 @@ def undeclared_deviations(ledger: dict) -> list[str]:
 
 
 def readme_deviation_rows(readme: str) -> set[str]:
-    """The first cells of the rows of the README's deviations table."""
+    """The first cells of the rows of the deviations table (docs/faithfulness.md)."""
     if DEVIATIONS_HEADING not in readme:
-        raise ValueError(f"the README has no section {DEVIATIONS_HEADING!r}")
+        raise ValueError(f"docs/faithfulness.md has no section {DEVIATIONS_HEADING!r}")
     section = readme.split(DEVIATIONS_HEADING, 1)[1].split("\n#", 1)[0]
     rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("|")]
     return {row for row in rows[2:]}  # after the header and its rule
 
 
 def missing_deviation_rows(ledger: dict, readme: str) -> list[str]:
-    """One line per ledger deviation whose README row is missing (or which names none)."""
+    """One line per ledger deviation whose row of the deviations table is missing (or which names none)."""
     rows, problems = readme_deviation_rows(readme), []
     for app, entry in all_entries(ledger):
         if "deviation" not in entry:
@@ -228,7 +228,7 @@ def missing_deviation_rows(ledger: dict, readme: str) -> list[str]:
             problems.append(f"{app}: {entry['key']} keeps a deviation but names no readme_row")
         elif row not in rows:
             problems.append(
-                f"{app}: {entry['key']} keeps a deviation; the README's deviations table has no row {row!r}"
+                f"{app}: {entry['key']} keeps a deviation; the deviations table of docs/faithfulness.md has no row {row!r}"
             )
     return sorted(set(problems))
 
@@ -237,7 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ledger", type=Path, default=LEDGER)
     parser.add_argument(
-        "--readme", type=Path, default=README, help="whose deviations table must hold the ledger's deviations"
+        "--readme",
+        type=Path,
+        default=DEVIATIONS_PAGE,
+        help="the page whose deviations table must hold the ledger's deviations",
     )
     parser.add_argument("--show-open", action="store_true", help="also list the open entries and those decided in code")
     args = parser.parse_args(argv)
@@ -253,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"ledger check: {len(drift)} drifted, {len(opened)} open (known, not fixed yet), "
         f"{sum(f.kind == 'code' for f in findings)} decided in code; "
-        f"{sum('deviation' in e for _, e in all_entries(ledger))} deviations kept, {len(rows)} undeclared or missing from the README"
+        f"{sum('deviation' in e for _, e in all_entries(ledger))} deviations kept, {len(rows)} undeclared or missing from docs/faithfulness.md"
     )
     return 1 if drift or rows else 0
 
