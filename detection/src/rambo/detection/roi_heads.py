@@ -33,10 +33,16 @@ Which RoIs the classifier loss sees (``classifier_rois``, config ``loss.classifi
   public. Under DDP the rank loss gathers these RoIs of every process as it gathers the sampled
   ones (:mod:`rambo.detection.distributed`; the counts differ per process).
 
+Under DDP every term is the global batch's: the rank loss ranks every process's RoIs, and the
+box-regression and cross-entropy terms divide the sum over every process's RoIs by their number
+(:func:`rambo.detection.distributed.global_mean`), so several processes give one process's loss
+and parameter gradients whatever the number of images and RoIs each holds.
+
 Under bfloat16 autocast (``precision: bfloat16``, :mod:`rambo.harness.precision`) the classifier's
-logits and box regression are cast to float32 where they leave the predictor, and the losses run
-outside autocast (whose matrix products would otherwise compute in bf16 again): the rank loss
-never ranks bf16 scores, and detections are scored and placed in float32.
+logits and box regression are cast to float32 where they leave the predictor (a float64 model's
+stay float64 in training), and the losses run outside autocast (whose matrix products would
+otherwise compute in bf16 again): the rank loss never ranks bf16 scores, and detections are scored
+and placed in float32.
 """
 
 from __future__ import annotations
@@ -46,9 +52,17 @@ import torch.nn.functional as F
 from torchvision.models.detection.roi_heads import RoIHeads
 from torchvision.ops import boxes as box_ops
 
+from .distributed import global_mean, world_size
+
 SCORE_FUNCTIONS = ("softmax", "logit")
 CLASSIFIER_ROIS = ("sampled", "all_proposals")
 TORCHVISION_BOX_BETA = 1.0 / 9.0  # torchvision fastrcnn_loss; mmdetection v1's bbox head uses 1.0
+
+
+def at_least_float32(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in float32 when it is of a narrower type (bfloat16 under autocast), else itself
+    (float64 stays float64)."""
+    return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
 
 
 def box_regression_loss(
@@ -57,16 +71,21 @@ def box_regression_loss(
     """``box_regression [N, 4 (C+1)]``, ``labels [N]`` (0 background), ``regression_targets [N, 4]`` ->
     ``sum over positive RoIs i of smooth_l1_beta(box_regression[i, labels[i]] - target_i) / N``
     (module docstring). Fixed shapes, no host read: every RoI's own-class prediction is gathered and
-    the background rows are masked out."""
+    the background rows are masked out. Under DDP the sum and N are those of every process's RoIs
+    (:func:`rambo.detection.distributed.global_mean`; a collective)."""
     count = labels.numel()
     predicted = box_regression.reshape(count, -1, 4)
     predicted = predicted.gather(1, labels.long().view(count, 1, 1).expand(count, 1, 4)).squeeze(1)
     per_roi = F.smooth_l1_loss(predicted, regression_targets, beta=beta, reduction="none").sum(dim=1)
-    return torch.where(labels > 0, per_roi, 0.0).sum() / max(count, 1)
+    total = torch.where(labels > 0, per_roi, 0.0).sum()
+    if world_size() > 1:  # under DDP: the sum over every process's RoIs / their number (rambo.detection.distributed)
+        return global_mean((total,), count, at_least_one=True)[0]
+    return total / max(count, 1)
 
 
 class CrossEntropyClassifierLoss(torch.nn.Module):
-    """The baseline: softmax cross-entropy over C + 1 columns, ``loss(class_logits [N, C+1], labels [N])``.
+    """The baseline: softmax cross-entropy over C + 1 columns, ``loss(class_logits [N, C+1], labels [N])``,
+    the mean over the RoIs; under DDP over every process's RoIs (:func:`rambo.detection.distributed.global_mean`).
 
     ``num_classes`` (C, optional) checks the logits' width, as :class:`RankClassifierLoss` does.
     """
@@ -78,6 +97,8 @@ class CrossEntropyClassifierLoss(torch.nn.Module):
     def forward(self, class_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if self.num_classes is not None and (class_logits.dim() != 2 or class_logits.shape[1] != self.num_classes + 1):
             raise ValueError(f"class_logits must be [N, {self.num_classes + 1}], got {tuple(class_logits.shape)}")
+        if world_size() > 1:  # under DDP: the mean over every process's RoIs (rambo.detection.distributed)
+            return global_mean((F.cross_entropy(class_logits, labels, reduction="sum"),), labels.numel())[0]
         return F.cross_entropy(class_logits, labels)
 
 
@@ -164,7 +185,7 @@ class ConfigurableLossRoIHeads(RoIHeads):
             return self._all_proposals_losses(features, proposals, image_shapes, targets)
         proposals, _, labels, regression_targets = self.select_training_samples(proposals, targets)
         box_features = self.box_head(self.box_roi_pool(features, proposals, image_shapes))
-        class_logits, box_regression = (output.float() for output in self.box_predictor(box_features))
+        class_logits, box_regression = (at_least_float32(output) for output in self.box_predictor(box_features))
         with torch.autocast(class_logits.device.type, enabled=False):  # the losses in float32 (module docstring)
             labels = torch.cat(labels, dim=0)
             loss_box_reg = box_regression_loss(
@@ -199,7 +220,7 @@ class ConfigurableLossRoIHeads(RoIHeads):
         """The training losses with ``classifier_rois=all_proposals`` (module docstring)."""
         rois, labels, sampled, regression_targets = self.label_all_proposals(proposals, targets)
         box_features = self.box_head(self.box_roi_pool(features, rois, image_shapes))
-        class_logits, box_regression = (output.float() for output in self.box_predictor(box_features))
+        class_logits, box_regression = (at_least_float32(output) for output in self.box_predictor(box_features))
         offsets, start = [], 0
         for index, image_rois in zip(sampled, rois):
             offsets.append(index + start)

@@ -25,12 +25,22 @@ mmdetection v1 on ``stride * i + (stride - 1) / 2``), so the rule is applied to 
 anchors without translating that half-pixel convention.
 
 ``allowed_border=None`` keeps every anchor (torchvision's behaviour, exactly the parent's).
+
+Under DDP the two losses are the global batch's: the objectness loss is the mean over the sampled
+anchors of every process's images and the box loss their sum over the positive ones divided by that
+same global number (:func:`rambo.detection.distributed.global_mean`), so several processes give one
+process's losses and parameter gradients. In a single process they are the parent's.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torchvision.models.detection.rpn import RegionProposalNetwork
+
+from .distributed import global_mean, world_size
+
+RPN_BOX_BETA = 1.0 / 9.0  # the parent's smooth-L1 beta of the RPN box loss
 
 
 def anchors_inside(anchors: torch.Tensor, image_size: tuple[int, int], allowed_border: int) -> torch.Tensor:
@@ -82,7 +92,9 @@ class BorderAwareRPN(RegionProposalNetwork):
         for anchors_per_image, target, size in zip(anchors, targets, self._image_sizes):
             inside = anchors_inside(anchors_per_image, size, self.allowed_border)
             count = anchors_per_image.shape[0]
-            image_labels = torch.full((count,), -1.0, dtype=torch.float32, device=anchors_per_image.device)
+            # float32 as the parent's labels, float64 with float64 anchors (a float64 model's objectness loss)
+            label_dtype = torch.promote_types(torch.float32, anchors_per_image.dtype)
+            image_labels = torch.full((count,), -1.0, dtype=label_dtype, device=anchors_per_image.device)
             image_boxes = torch.zeros((count, 4), dtype=torch.float32, device=anchors_per_image.device)
             if bool(inside.any()):
                 (inside_labels,), (inside_boxes,) = super().assign_targets_to_anchors(
@@ -94,3 +106,25 @@ class BorderAwareRPN(RegionProposalNetwork):
             labels.append(image_labels)
             matched_gt_boxes.append(image_boxes)
         return labels, matched_gt_boxes
+
+    def compute_loss(self, objectness, pred_bbox_deltas, labels, regression_targets):
+        """The parent's two losses; under DDP over the sampled anchors of every process (module docstring):
+        ``objectness [A, 1]``, ``pred_bbox_deltas [A, 4]`` (every image's anchors), per image
+        ``labels [A_i]`` (1, 0 or -1: ignored) and ``regression_targets [A_i, 4]`` ->
+        ``(objectness loss, box loss)``."""
+        if world_size() == 1:
+            return super().compute_loss(objectness, pred_bbox_deltas, labels, regression_targets)
+        positive, negative = (torch.cat(masks).bool() for masks in self.fg_bg_sampler(labels))
+        sampled = positive | negative
+        labels = torch.cat(labels)
+        objectness_sum = F.binary_cross_entropy_with_logits(
+            objectness.flatten()[sampled], labels[sampled], reduction="sum"
+        )
+        box_sum = F.smooth_l1_loss(
+            pred_bbox_deltas[positive],
+            torch.cat(regression_targets)[positive],
+            beta=RPN_BOX_BETA,
+            reduction="sum",
+        )
+        objectness_loss, box_loss = global_mean((objectness_sum, box_sum), sampled.sum())
+        return objectness_loss, box_loss
