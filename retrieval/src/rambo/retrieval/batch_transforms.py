@@ -21,7 +21,9 @@ exactly (bilinear upsampling; the test checks it).
 
 Randomness comes from ``generator`` (a ``torch.Generator``), or, when it is ``None``, from torch's
 global generator, which checkpoints save and restore: a resumed run draws what an uninterrupted
-one would.
+one would. Or, with ``seeds`` (one per image), each image's crop and flip come from its own seed
+(:data:`DRAWS_PER_IMAGE` uniform numbers of ``torch.Generator().manual_seed(seed)``): the training
+loader's way (:mod:`.sample_seeds`), so the batch is the same whichever process collates it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from .transforms import CROP_RATIO, FLIP_PROBABILITY, IMAGENET_MEAN, IMAGENET_ST
 
 # torchvision's RandomResizedCrop: draws before falling back to the central crop.
 CROP_ATTEMPTS = 10
+# Uniform numbers an image's box takes (an area and a ratio per attempt, the two offsets), and with its flip.
+DRAWS_PER_BOX = 2 * CROP_ATTEMPTS + 2
+DRAWS_PER_IMAGE = DRAWS_PER_BOX + 1
 
 
 def _check_range(values: tuple[float, float], name: str) -> tuple[float, float]:
@@ -55,10 +60,18 @@ def _central_fallback(height: int, width: int, ratio: tuple[float, float]) -> tu
     return height, width
 
 
-def _uniform_offsets(room: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One integer uniform in ``0..room[i]`` for each ``i``."""
-    draw = torch.rand(room.shape, dtype=torch.float64, generator=generator)
+def _uniform_offsets(room: torch.Tensor, draw: torch.Tensor) -> torch.Tensor:
+    """One integer uniform in ``0..room[i]`` for each ``i``, from ``draw[i]`` uniform in ``[0, 1)``."""
     return torch.minimum((draw * (room + 1)).floor().long(), room)
+
+
+def seeded_draws(seeds, count: int) -> torch.Tensor:
+    """``float64 [len(seeds), count]``: row ``i`` the first ``count`` numbers uniform in ``[0, 1)``
+    of ``torch.Generator().manual_seed(seeds[i])``."""
+    rows = [
+        torch.rand(count, dtype=torch.float64, generator=torch.Generator().manual_seed(int(seed))) for seed in seeds
+    ]
+    return torch.stack(rows) if rows else torch.empty(0, count, dtype=torch.float64)
 
 
 def random_resized_crop_boxes(
@@ -68,6 +81,7 @@ def random_resized_crop_boxes(
     scale: tuple[float, float] = (MIN_SCALE, 1.0),
     ratio: tuple[float, float] = CROP_RATIO,
     generator: torch.Generator | None = None,
+    draws: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``count`` random crop boxes of a ``height x width`` image: ``LongTensor [count, 4]`` of
     ``(top, left, crop_height, crop_width)``, every box inside the image.
@@ -78,6 +92,9 @@ def random_resized_crop_boxes(
     image is kept, at a uniformly drawn position. When none fits, the box is the central crop of
     the whole image cut to the nearest ratio in ``ratio``. All attempts are drawn at once (the
     ones after the kept one are drawn and unused), so the batch costs a few tensor ops.
+
+    ``draws``: ``float64 [count, DRAWS_PER_BOX]`` numbers uniform in ``[0, 1)`` to use instead of
+    ``generator`` (the areas, the ratios, the top and the left offset of each box, in that order).
     """
     scale, ratio = _check_range(scale, "scale"), _check_range(ratio, "ratio")
     if scale[1] > 1:
@@ -85,10 +102,20 @@ def random_resized_crop_boxes(
     if count < 0 or height < 1 or width < 1:
         raise ValueError(f"need count >= 0 and a non-empty image, got {count} boxes of {height} x {width}")
     shape = (count, CROP_ATTEMPTS)
-    area = height * width * torch.empty(shape, dtype=torch.float64).uniform_(*scale, generator=generator)
-    log_aspect = torch.empty(shape, dtype=torch.float64).uniform_(
-        math.log(ratio[0]), math.log(ratio[1]), generator=generator
-    )
+    if draws is None:  # the generator's numbers in the order the seeded rows hold them
+        area_draw = torch.rand(shape, dtype=torch.float64, generator=generator)
+        aspect_draw = torch.rand(shape, dtype=torch.float64, generator=generator)
+        top_draw = torch.rand(count, dtype=torch.float64, generator=generator)
+        left_draw = torch.rand(count, dtype=torch.float64, generator=generator)
+    else:
+        if draws.shape != (count, DRAWS_PER_BOX):
+            raise ValueError(f"draws must be [{count}, {DRAWS_PER_BOX}], got {tuple(draws.shape)}")
+        draws = draws.to(torch.float64)
+        area_draw, aspect_draw = draws[:, :CROP_ATTEMPTS], draws[:, CROP_ATTEMPTS : 2 * CROP_ATTEMPTS]
+        top_draw, left_draw = draws[:, -2], draws[:, -1]
+    area = height * width * (scale[0] + (scale[1] - scale[0]) * area_draw)
+    log_low, log_high = math.log(ratio[0]), math.log(ratio[1])
+    log_aspect = log_low + (log_high - log_low) * aspect_draw
     aspect = log_aspect.exp()
     crop_width = (area * aspect).sqrt().round().long()
     crop_height = (area / aspect).sqrt().round().long()
@@ -99,8 +126,8 @@ def random_resized_crop_boxes(
     fallback_height, fallback_width = _central_fallback(height, width, ratio)
     crop_height = torch.where(found, crop_height[rows, first], fallback_height)
     crop_width = torch.where(found, crop_width[rows, first], fallback_width)
-    top = torch.where(found, _uniform_offsets(height - crop_height, generator), (height - crop_height) // 2)
-    left = torch.where(found, _uniform_offsets(width - crop_width, generator), (width - crop_width) // 2)
+    top = torch.where(found, _uniform_offsets(height - crop_height, top_draw), (height - crop_height) // 2)
+    left = torch.where(found, _uniform_offsets(width - crop_width, left_draw), (width - crop_width) // 2)
     return torch.stack([top, left, crop_height, crop_width], dim=1)
 
 
@@ -148,19 +175,33 @@ class BatchTrainAugmentation:
         self.mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
         self.std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
 
-    def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """The augmented batch; draws the crop boxes, then the flips, from ``generator``."""
+    def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None, seeds=None) -> torch.Tensor:
+        """The augmented batch; draws the crop boxes, then the flips, from ``generator``, or each
+        image's from its own seed in ``seeds`` (:func:`seeded_draws`)."""
         if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
             raise ValueError(f"need uint8 images [B, 3, H, W], got {images.dtype} {tuple(images.shape)}")
         count, _, height, width = images.shape
-        boxes = random_resized_crop_boxes(count, height, width, self.scale, self.ratio, generator)
+        draws = None
+        if seeds is not None:
+            if len(seeds) != count:
+                raise ValueError(f"need one seed per image, got {len(seeds)} seeds for {count} images")
+            draws = seeded_draws(seeds, DRAWS_PER_IMAGE)
+        boxes = random_resized_crop_boxes(
+            count, height, width, self.scale, self.ratio, generator, None if draws is None else draws[:, :DRAWS_PER_BOX]
+        )
         crops = resized_crops(images.float().div_(255), boxes, self.image_size)
-        flipped = torch.rand(count, generator=generator) < self.flip_probability
+        flip_draw = torch.rand(count, generator=generator) if draws is None else draws[:, DRAWS_PER_BOX]
+        flipped = flip_draw < self.flip_probability
         crops = torch.where(flipped.view(-1, 1, 1, 1), crops.flip(-1), crops)
         return (crops - self.mean) / self.std
 
     def collate(self, items: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(images, labels, indices)`` of a list of ``(uint8 image, label, index)`` items, the
-        images augmented (torch's global generator: one draw per batch, in the loading process)."""
+        images augmented: from torch's global generator (one draw per batch, in the loading
+        process), or, for ``(uint8 image, label, index, seed)`` items
+        (:class:`.sample_seeds.SeededSamples`), each image from its own seed."""
+        if items and len(items[0]) == 4:
+            images, labels, indices = default_collate([item[:3] for item in items])
+            return self(images, seeds=[item[3] for item in items]), labels, indices
         images, labels, indices = default_collate(items)
         return self(images), labels, indices

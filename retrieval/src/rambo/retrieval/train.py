@@ -60,6 +60,7 @@ from .engine import collapse_warning, evaluate, select_protocols, train_one_epoc
 from .in_memory_dataset import InMemoryImageDataset
 from .model import build_model
 from .own_data import use_own_data
+from .sample_seeds import SeededBatches, SeededSamples
 from .samplers import MPerClassBatchSampler, SuperLabelBatchSampler
 from .transforms import eval_transform_of, train_transform
 from .validation_split import split_validation_classes
@@ -170,14 +171,14 @@ def train(cfg: DictConfig) -> dict:
     barrier()
     splits = splits or build_splits(cfg)
     try:
-        global_sampler = build_batch_sampler(cfg, splits["train"])
+        global_sampler = SeededBatches(build_batch_sampler(cfg, splits["train"]), cfg.seed)  # (index, seed) keys
     except ValueError as error:  # the batch's shape against the training classes: the user's to change
         raise InputError(f"{error}") from None
     sampler = (
         ShardedBatchSampler(global_sampler, setup.rank, setup.world_size) if setup.is_distributed else global_sampler
     )
     loader = torch.utils.data.DataLoader(
-        splits["train"],
+        SeededSamples(splits["train"], carry_seed=cfg.data.get("in_memory", False)),  # .sample_seeds
         batch_sampler=sampler,
         num_workers=cfg.num_workers,
         collate_fn=train_collate(cfg),
