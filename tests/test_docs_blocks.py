@@ -1,4 +1,4 @@
-"""The README and the documentation site (docs/) say only what runs.
+"""The README, the sub-projects' READMEs and the documentation site (docs/) say only what runs.
 
 * Every fenced Python block runs, each in a fresh namespace in a scratch folder.
 * Every shell block (bash, sh, shell, console) runs, command by command, or names in its title the
@@ -24,7 +24,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+SUBPROJECT_READMES = [
+    REPO / f / "README.md" for f in ("core", "harness", "retrieval", "detection", "ablations", "figures", "results")
+]
+PAGES = [REPO / "README.md", *SUBPROJECT_READMES, *sorted((REPO / "docs").rglob("*.md"))]
 SHELLS = ("bash", "sh", "shell", "console")
 SKIP_TITLE = "Not run by the tests: "
 # Commands that only read the checkout run in its root; every other command runs in a scratch folder.
