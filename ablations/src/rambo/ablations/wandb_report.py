@@ -50,7 +50,7 @@ def build_report(params: dict, entity: str):
         wr.H1(f"RaMBO reproduction, profile {profile}"),
         wr.P(
             f"Runs of the profile '{profile}' (W&B groups {profile}/<experiment>), seeds {params['seeds']}. "
-            "Bars: mean over seeds with their standard deviation; the README's tables hold the same numbers."
+            "Bars: mean over seeds with their standard deviation; the documentation's Results page holds the same numbers."
         ),
         wr.TableOfContents(),
     ]

@@ -97,7 +97,7 @@ def collapse_warning(record: dict, threshold: float = COLLAPSE_COSINE) -> str | 
     (validation split, else test) is at least ``threshold``; ``None`` otherwise.
 
     A rank loss without a margin is invariant to the scale of the score differences, and its
-    gradient pulls the embeddings together (measured in the README's "When the embedding
+    gradient pulls the embeddings together (measured in docs/own-data.md, "When the embedding
     collapses"): the ranking may still be right, but every score lies within a hair of the others.
     """
     split = "validation" if record.get("validation") else "test"
@@ -109,7 +109,7 @@ def collapse_warning(record: dict, threshold: float = COLLAPSE_COSINE) -> str | 
         "The order of the scores may still be right, but they lie within a hair of each other, and near a point "
         "the gradient vanishes. A rank loss sees only the order: give it a margin (loss.margin; RaMBO's 0.02, "
         "or larger), and check that the labels are something a network can see, e.g. with loss=contrastive "
-        "(the README's 'When the embedding collapses')"
+        "(docs/own-data.md, 'When the embedding collapses')"
     )
 
 

@@ -333,12 +333,12 @@ def generate_synthetic(
             raise ValueError(
                 f"{root} holds a dataset in the {layout} layout, not the synthetic set this config generates "
                 f"(data.generate is set, as the mini and tiny profiles do); nothing was written. To train on it: "
-                f"data={layout} data.root={root} (the README's 'Training on your own data')"
+                f"data={layout} data.root={root} (docs/own-data.md)"
             )
         raise ValueError(
             f"{root} is not empty and holds no synthetic set (no {MANIFEST}); nothing was written there. "
             "Point data.root at an empty or new folder for the synthetic set, or, for a dataset of yours, choose "
-            "its layout: data=sop, cub, inshop or imagefolder with data.root=DIR (the README's 'Training on your own data')"
+            "its layout: data=sop, cub, inshop or imagefolder with data.root=DIR (docs/own-data.md)"
         )
     root.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{root.name}.partial-", dir=root.parent))
