@@ -38,6 +38,7 @@ from rambo.harness.precision import to_channels_last
 from rambo.harness.row_name import check_row_name
 from rambo.harness.run import TrainingRun
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
+from rambo.harness.scheduler_signals import scheduler_signals
 from rambo.harness.wandb_run import wandb_keys
 from rambo.harness.workers import worker_init
 
@@ -245,9 +246,10 @@ def detection_metrics(cfg: DictConfig, classes, results: dict, run: TrainingRun)
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:  # noqa: D103 (the Hydra entry point; see the module docstring)
-    check_row_name(Path(__file__).parent / "configs", cfg.experiment_name)  # one name per row (rambo.harness.row_name)
-    stop_on_problems(problems(cfg))  # a single run was checked before Hydra made its folder; a multirun's job here
-    train(cfg)
+    with scheduler_signals():  # under SLURM: a preempted or timed-out job leaves for its requeue, never failed
+        check_row_name(Path(__file__).parent / "configs", cfg.experiment_name)  # one name per row
+        stop_on_problems(problems(cfg))  # a single run was checked before Hydra made its folder; a multirun's job here
+        train(cfg)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,16 @@ run per folder, whatever the timing),
 seed, threads), ``precision`` (bfloat16 autocast, channels-last), ``engine_options`` (the
 engines' device, autocast, channels-last and progress as one object), ``distributed`` (torchrun / SLURM set-up), ``download`` and ``extract`` (staged,
 checked, safe), ``pretrained`` (ImageNet weights from a file or the torchvision cache), ``weights`` (the
-weights files a profile's rows load, SHA-256 checked before any job), ``workers`` (DataLoader workers leave SLURM's USR2 to the training process), ``provenance`` (what made
+weights files a profile's rows load, SHA-256 checked before any job), ``workers`` (DataLoader workers leave SLURM's USR2 to the training process), ``scheduler_signals`` (a
+preempted or timed-out job leaves for its requeue, never as a failed run; a signal while it starts waits for the handlers), ``provenance`` (what made
 a run: code, libraries, machine, threads, profile) and ``run_log`` (one summary line per epoch;
 progress bars only on a terminal).
 """
 
 __version__ = "0.1.0"
+
+from .scheduler_signals import hold_while_job_starts as _hold_while_job_starts
+
+# In a submitit job this import comes while its call is unpickled, before submitit installs its
+# handlers: the scheduler's signals wait for them (rambo.harness.scheduler_signals).
+_hold_while_job_starts()

@@ -15,6 +15,10 @@ which then reported the run failed although SLURM had requeued it (measured the 
 So a worker never runs the training process's Python handlers: a signal whose inherited handler
 is a Python function (the training process handles it itself) is ignored in the worker; a signal
 at its default stays at its default (a plain local run's workers still end on ``SIGTERM``).
+Between its fork and ``worker_init`` a worker has torch's ``TERM`` handler, which ends it: under
+:func:`rambo.harness.scheduler_signals.scheduler_signals` a worker starts with both signals
+blocked, and ``worker_init`` unblocks them once they are ignored (one that came meanwhile is
+dropped; the training process received it too).
 """
 
 from __future__ import annotations
@@ -30,3 +34,5 @@ def worker_init(worker_id: int) -> None:  # noqa: ARG001 (DataLoader's worker_in
     for number in SIGNALS:
         if callable(signal.getsignal(number)):
             signal.signal(number, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)

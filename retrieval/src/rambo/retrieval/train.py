@@ -49,6 +49,7 @@ from rambo.harness.precision import to_channels_last
 from rambo.harness.row_name import check_row_name
 from rambo.harness.run import TrainingRun, placeless
 from rambo.harness.runtime import resolve_device, seed_everything, set_threads
+from rambo.harness.scheduler_signals import scheduler_signals
 from rambo.harness.wandb_run import wandb_keys
 from rambo.harness.workers import worker_init
 
@@ -260,6 +261,12 @@ def train(cfg: DictConfig) -> dict:
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:  # noqa: D103 (the Hydra entry point; see the module docstring)
+    with scheduler_signals():  # under SLURM: a preempted or timed-out job leaves for its requeue, never failed
+        run_main(cfg)
+
+
+def run_main(cfg: DictConfig) -> None:
+    """The Hydra entry point's work: the config checked, the data named, the run trained."""
     check_row_name(Path(__file__).parent / "configs", cfg.experiment_name)  # one name per row (rambo.harness.row_name)
     overrides = task_overrides()
     stop_on_problems(problems(cfg))  # a single run was checked before Hydra made its folder; a multirun's job here

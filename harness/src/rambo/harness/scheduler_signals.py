@@ -1,0 +1,191 @@
+"""The scheduler's signals in a training process: a preempted or timed-out job leaves the way a
+requeue expects, never as a failed run.
+
+SLURM ends a job with ``SIGTERM`` (preemption, ``scontrol requeue``, ``scancel``; ``SIGKILL``
+follows after ``KillWait``) and warns of its time limit with ``USR2`` (``--signal``, sent
+``signal_delay_s`` before it). Under submitit (the apps' ``hydra/launcher=slurm``) the training
+process handles both in Python: ``TERM`` is logged and the process waits for the kill; ``USR2``
+checkpoints the job's call, requeues the job and exits without a result. Two ways this went wrong,
+both measured with ``make test-slurm``:
+
+- At a requeue a DataLoader worker died of the same ``SIGTERM`` (a worker keeps torch's own
+  ``TERM`` handler from its fork until ``worker_init`` ignores the signal) and the training process
+  raised "DataLoader worker (pid ...) exited unexpectedly": Hydra returned that as the job's result
+  and the launcher reported the requeued job failed.
+- A ``USR2`` that came while the job was starting, before submitit had installed its handler,
+  killed the job (exit 140) instead of requeueing it.
+
+What this module does about them:
+
+- :func:`hold` notes ``TERM`` and ``USR2`` instead of acting on them. A submitit job holds them
+  from the first import of :mod:`rambo.harness`, which its call's unpickling does before submitit
+  installs its handlers (:func:`hold_while_job_starts`).
+- :func:`scheduler_signals`, around the apps' task function, releases them once submitit's
+  handlers exist (a signal that came meanwhile is handled then: a ``USR2`` requeues the job), notes
+  every signal its handlers receive, keeps the signals blocked across each fork (a DataLoader worker
+  starts with them blocked; :func:`rambo.harness.workers.worker_init` ignores and then unblocks
+  them, so no worker dies of them), and turns an exception raised after a signal into the exit a
+  requeue expects: ``SystemExit``, which writes no result, so the launcher waits for the requeued
+  job's. Leaving that way, it ends the workers first (``SIGKILL``, as the scheduler would): they
+  ignore ``TERM``, with which Python's exit would end them. Nothing changes where no Python handler
+  is installed (a local run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR2") if hasattr(signal, name))
+SUBMITIT_MAIN = "submitit.core._submit"  # the module a submitit job runs (python -m ...)
+REQUEUE_EXIT = -1  # submitit's own exit after a requeue: sys.exit(-1), status 255, no result written
+
+log = logging.getLogger(__name__)
+_state = {"guarding": False, "fork_mask": None, "fork_hooks": False, "held": []}
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def hold() -> None:
+    """Note ``TERM`` and ``USR2`` instead of acting on them (a Python handler: the disposition of
+    the whole process, whichever of its threads the kernel picks) until :func:`release` hands them
+    to the handlers installed by then."""
+    for number in SIGNALS:
+        signal.signal(number, _note_held)
+
+
+def _note_held(signum, frame) -> None:  # noqa: ARG001 (a signal handler's signature)
+    _state["held"].append(signum)
+
+
+def release() -> None:
+    """Hand the signals noted since :func:`hold` to the handlers installed now (raised again, in
+    the order they came); a signal still noted only gets its default action back first."""
+    for number in SIGNALS:
+        if signal.getsignal(number) is _note_held:
+            signal.signal(number, signal.SIG_DFL)
+    held, _state["held"] = _state["held"], []
+    if held:
+        log.warning(
+            "%s came while the job was starting, before its handlers existed: handled now",
+            ", ".join(signal.Signals(number).name for number in dict.fromkeys(held)),
+        )
+    for number in dict.fromkeys(held):
+        signal.raise_signal(number)
+
+
+def starting_submitit_job() -> bool:
+    """Whether this is a submitit job's process before submitit installed its signal handlers."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return (
+        getattr(spec, "name", None) == SUBMITIT_MAIN
+        and _main_thread()
+        and all(signal.getsignal(number) in (signal.SIG_DFL, None) for number in SIGNALS)
+    )
+
+
+def hold_while_job_starts() -> None:
+    """:func:`hold` in a submitit job that has no handlers yet (called when :mod:`rambo.harness` is
+    first imported); elsewhere nothing."""
+    if starting_submitit_job():
+        hold()
+
+
+def _before_fork() -> None:  # the child inherits the forking thread's mask, its only thread's
+    if _state["guarding"] and SIGNALS:
+        _state["fork_mask"] = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+
+
+def _after_fork_in_parent() -> None:
+    mask, _state["fork_mask"] = _state["fork_mask"], None
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _after_fork_in_child() -> None:
+    _state["guarding"], _state["fork_mask"], _state["held"] = False, None, []  # the child leaves them to its parent
+
+
+def _end_workers() -> None:
+    """End this process's forked children (its DataLoader workers) with ``SIGKILL``, as the
+    scheduler's kill would: they ignore ``TERM``, which is how Python's exit ends them, and hold
+    nothing to save. torch's ``SIGCHLD`` check is switched off first (the run is over)."""
+    import multiprocessing
+
+    if hasattr(signal, "SIGCHLD") and _main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join()
+
+
+def _finished_by_submitit(error: BaseException) -> bool:
+    """submitit's own "this job is over" error (raised by its handler when it does not requeue)."""
+    return type(error).__name__ == "UncompletedJobError" and type(error).__module__.startswith("submitit")
+
+
+@contextlib.contextmanager
+def scheduler_signals():
+    """The training process's side of a scheduler's signals (see the module docstring); yields the
+    list of the signal numbers received so far.
+
+    Where ``TERM`` or ``USR2`` has a Python handler (submitit's), each is wrapped to note the signal
+    before it runs; the signals are released (a pending one is handled at once); while the block
+    runs, every fork starts with them blocked; an exception that leaves the block after a signal
+    was received is logged in one line and becomes ``SystemExit(-1)``, submitit's exit after a
+    requeue, which writes no result. Where neither has one, it only releases them."""
+    handlers = {number: signal.getsignal(number) for number in SIGNALS} if _main_thread() else {}
+    handled = {number: handler for number, handler in handlers.items() if callable(handler)}
+    received: list[int] = []
+    if not handled:
+        release()
+        yield received
+        return
+
+    def noting(handler):
+        def note_then_handle(signum, frame):
+            received.append(signum)
+            return handler(signum, frame)
+
+        return note_then_handle
+
+    for number, handler in handled.items():
+        signal.signal(number, noting(handler))
+    if not _state["fork_hooks"]:
+        os.register_at_fork(
+            before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+        )
+        _state["fork_hooks"] = True
+    _state["guarding"] = True
+    try:
+        release()
+        yield received
+    except SystemExit:
+        if received:  # submitit's exit after its requeue
+            _end_workers()
+        raise
+    except Exception as error:
+        if not received or _finished_by_submitit(error):
+            raise
+        names = ", ".join(dict.fromkeys(signal.Signals(number).name for number in received))
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        log.warning(
+            "%s received from the scheduler; %s: %s, raised after it, is part of the job's end: exiting "
+            "without a result, as a requeued job does",
+            names,
+            type(error).__name__,
+            first_line,
+        )
+        _end_workers()
+        raise SystemExit(REQUEUE_EXIT) from None
+    finally:
+        _state["guarding"] = False
+        for number, handler in handled.items():
+            signal.signal(number, handler)
