@@ -5,10 +5,11 @@ A checkpoint is a dict of tensors, numbers, strings, lists and dicts. The random
 those types too: python's ``random`` state (ints), numpy's legacy global state (its key as an int64
 tensor), torch's CPU generator and the generator of every CUDA device.
 
-A run keeps the checkpoint of the epoch before the last beside it (:func:`previous_path`,
-``checkpoint.prev.pt``): a checkpoint found damaged (cut short, overwritten) is set aside under
-``resume=auto`` and the run continues from that one (:mod:`.resume`). It doubles the disk a run's
-checkpoints take.
+While it trains, a run keeps the checkpoint of the epoch before the last beside it
+(:func:`previous_path`, ``checkpoint.prev.pt``): a checkpoint found damaged (cut short, overwritten)
+is set aside under ``resume=auto`` and the run continues from that one (:mod:`.resume`). It doubles
+the disk a training run's checkpoints take; a finished run removes it, and its own checkpoint holds
+no optimiser or scheduler state (:class:`rambo.harness.run.TrainingRun`).
 """
 
 from __future__ import annotations
