@@ -1,7 +1,7 @@
 """The pipeline's plot data for ``dvc plots show`` and ``dvc plots diff`` (issue 24), written by the
 tables stage, which reads the runs already.
 
-Under ``<out>`` (``results/plots``), one JSON list of flat records per plot, declared in dvc.yaml's
+Under ``<out>`` (``results/<profile>/plots``), one JSON list of flat records per plot, declared in dvc.yaml's
 ``plots:`` with its template (``ablations/plot_templates/``):
 
 * ``<task>_loss.json``: the training loss of every run, ``{run, experiment, seed, epoch, loss}``;
