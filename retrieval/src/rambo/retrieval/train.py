@@ -34,7 +34,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torchvision.transforms import PILToTensor
 
-from rambo.harness.checkpoint import save_checkpoint
+from rambo.harness.atomic import DiskFullError
+from rambo.harness.checkpoint import DamagedCheckpoint, save_checkpoint
 from rambo.harness.config_check import (
     InputError,
     named_on_command_line,
@@ -283,6 +284,8 @@ def run_main(cfg: DictConfig) -> None:
         stop([f"{error.line()}; {check_hint(cfg, overrides)}, or skip such images with data.skip_unreadable=true"])
     except InputError as error:
         stop([error.line()])
+    except (DamagedCheckpoint, DiskFullError) as error:  # one line: the file and what to do
+        stop([str(error)])
 
 
 def check_hint(cfg: DictConfig, overrides: list[str]) -> str:
