@@ -24,7 +24,9 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from rambo.harness.config_check import stop_on_problems
+from rambo.harness.atomic import DiskFullError
+from rambo.harness.checkpoint import DamagedCheckpoint
+from rambo.harness.config_check import stop, stop_on_problems
 from rambo.harness.distributed import (
     ShardedBatchSampler,
     barrier,
@@ -249,7 +251,10 @@ def main(cfg: DictConfig) -> None:  # noqa: D103 (the Hydra entry point; see the
     with scheduler_signals():  # under SLURM: a preempted or timed-out job leaves for its requeue, never failed
         check_row_name(Path(__file__).parent / "configs", cfg.experiment_name)  # one name per row
         stop_on_problems(problems(cfg))  # a single run was checked before Hydra made its folder; a multirun's job here
-        train(cfg)
+        try:
+            train(cfg)
+        except (DamagedCheckpoint, DiskFullError) as error:  # one line: the file and what to do
+            stop([str(error)])
 
 
 if __name__ == "__main__":
