@@ -57,7 +57,7 @@ try:
         ThresholdReducer,
     )
 except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError("rambo.core.pml needs pytorch-metric-learning: pip install \"./core[pml]\" from a clone") from error
+    raise ImportError('rambo.core.pml needs pytorch-metric-learning: pip install "./core[pml]" from a clone') from error
 
 import torch
 
