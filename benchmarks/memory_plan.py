@@ -29,11 +29,21 @@ The peak is, on the CPU, the running sum of the allocation events of ``torch.pro
 what neither counts on the CPU: the CUDA context and cuDNN's workspaces, an assumed
 ``CUDA_ALLOWANCE_GIB`` per card, added before comparing with a card; kernel choice and the caching
 allocator's rounding can differ from the CPU's allocations (``make gpu-check`` prints both).
+
+Beside the memory, the disk of each row's checkpoint (:func:`checkpoint_sizes`), counted from the
+same real model: a finished run's (what ``rambo.harness.run.TrainingRun`` keeps once the last
+epoch is done) holds the model's ``state_dict`` (its parameters and buffers; the parameter count is
+listed too), the score memory filled at the row's batch (retrieval: the row's loss filled as in the
+loss measurement; detection: ``tau`` batches of ``batch x RoIs per image`` rows of 20 float32 class
+scores and 20 bools, the most it holds) and the random states; a checkpoint written while the run
+trains adds the optimiser state (measured after a step: Adam's two moments, SGD's momentum). The
+curve, config and identity add kilobytes, not counted.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import platform
@@ -42,6 +52,7 @@ import time
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 from rambo.core.peak_memory import cpu_peak_bytes
 
@@ -142,6 +153,52 @@ def resident_bytes(*modules, optimizer=None, tensors=()) -> int:
     return _storage_bytes([*live, *tensors])
 
 
+def state_bytes(state) -> int:
+    """Bytes of the tensors in a (nested) state: dicts, lists and tuples of tensors and data; a
+    storage shared by several tensors counts once."""
+    tensors = []
+
+    def walk(value):
+        if isinstance(value, torch.Tensor):
+            tensors.append(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+
+    walk(state)
+    return _storage_bytes(tensors)
+
+
+def rng_bytes() -> int:
+    """Bytes of a checkpoint's random states (``rambo.harness.checkpoint.rng_states``), as saved."""
+    from rambo.harness.checkpoint import rng_states
+
+    buffer = io.BytesIO()
+    torch.save(rng_states(), buffer)
+    return buffer.tell()
+
+
+def model_state(model: torch.nn.Module) -> dict:
+    """What the model's ``state_dict`` holds besides the modules' extra states (the score memories,
+    counted at the row's batch instead), and its parameter count."""
+    weights = {key: value for key, value in model.state_dict().items() if not key.endswith("_extra_state")}
+    return {"parameters": sum(p.numel() for p in model.parameters()), "model_state_bytes": state_bytes(weights)}
+
+
+def checkpoint_sizes(m: dict, memory_bytes: int) -> dict:
+    """A row's checkpoint sizes (bytes) from its shape's measurements ``m`` and its score memory:
+    finished (model state + score memory + random states) and while training (plus the optimiser)."""
+    finished = m["model_state_bytes"] + memory_bytes + m["rng_bytes"]
+    return {
+        "memory_bytes": memory_bytes,
+        "finished_checkpoint_bytes": finished,
+        "training_checkpoint_bytes": finished + m["optimizer_state_bytes"],
+    }
+
+
 def measure_peak(run, device: torch.device, resident: int) -> int:
     """Peak tensor bytes during ``run()``: ``resident`` (what the caller counts as live before it)
     plus the peak above what was allocated before the call: on the CPU from the allocation events,
@@ -188,9 +245,12 @@ def _labels(n: int, per_class: int, device) -> torch.Tensor:
     return torch.arange(n, device=device) // per_class
 
 
-def retrieval_loss_peak(cfg, batch: int, device: torch.device, per_class: int | None = None) -> int:
+def retrieval_loss_peak(
+    cfg, batch: int, device: torch.device, per_class: int | None = None, memory: dict | None = None
+) -> int:
     """Peak bytes of the row's loss forward+backward on ``[batch, D]`` embeddings, score memory full,
-    above the model (the embeddings, their gradient and the memory's buffers included)."""
+    above the model (the embeddings, their gradient and the memory's buffers included). ``memory``:
+    a dict that receives ``"bytes"``, those of the filled memory in the loss's ``state_dict``."""
     from hydra.utils import instantiate
 
     loss_fn = instantiate(cfg.loss.module).to(device)
@@ -205,6 +265,8 @@ def retrieval_loss_peak(cfg, batch: int, device: torch.device, per_class: int | 
 
     for _ in range(int(cfg.loss.get("tau") or 0) + 1):  # fill the score memory
         step()
+    if memory is not None:
+        memory["bytes"] = state_bytes(loss_fn.state_dict())
     return measure_peak(step, device, resident_bytes(loss_fn))
 
 
@@ -276,6 +338,11 @@ def measure_retrieval(cfg, device: torch.device, sizes=SMALL) -> dict:
     loss_small = [retrieval_loss_peak(cfg, t["batch"], device, 2) for t in train]
     evaluation = [retrieval_eval_peak(cfg, model, n, device) for n in sizes]
     params = resident_bytes(model)
+    disk = {
+        **model_state(model),
+        "optimizer_state_bytes": state_bytes(optimizer.state_dict()),
+        "rng_bytes": rng_bytes(),
+    }
     del model, optimizer, loss_fn
     return {
         "sizes": list(sizes),
@@ -283,6 +350,7 @@ def measure_retrieval(cfg, device: torch.device, sizes=SMALL) -> dict:
         "loss_peak_small_bytes": loss_small,
         "eval_peak_bytes": evaluation,
         "model_bytes": params,
+        **disk,
     }
 
 
@@ -413,7 +481,21 @@ def measure_detection(cfg, device: torch.device, sizes=SMALL, shapes=VOC_SHAPES)
         "train_peak_bytes": train,
         "eval_peak_bytes": evaluation,
         "resized": [int(cfg.model.min_size), int(cfg.model.max_size)],
+        **model_state(model),
+        "optimizer_state_bytes": state_bytes(optimizer.state_dict()),
+        "rng_bytes": rng_bytes(),
     }
+
+
+def detection_memory_bytes(cfg, classes: int = 20) -> int:
+    """The most bytes the RaMBO classifier loss's score memory holds at the row's settings: ``tau``
+    batches of ``batch x RoIs per image`` rows (the sampled RoIs, or every RPN proposal with
+    ``loss.classifier_rois=all_proposals``; the ground-truth boxes added to them are left out) of
+    ``classes`` float32 scores and as many bools. 0 without one (cross-entropy)."""
+    tau = int(cfg.loss.get("tau") or 0) if cfg.loss.name == "rambo" else 0
+    all_proposals = cfg.loss.get("classifier_rois", "sampled") == "all_proposals"
+    rois = int(cfg.model.rpn_post_nms_top_n_train if all_proposals else cfg.model.box_batch_size_per_image)
+    return tau * int(cfg.schedule.batch_size) * rois * classes * (4 + 1)
 
 
 def plan_detection(cfg, m: dict) -> dict:
@@ -499,20 +581,24 @@ def plan(rows, device: torch.device = torch.device("cpu"), toy: dict | None = No
             loss_key = (
                 "loss",
                 cfg.loss.name,
-                str(cfg.loss.module),
+                str(OmegaConf.to_container(cfg.loss.module, resolve=True)),  # resolved: the rows' own tau, margin
                 int(cfg.batch_size),
                 int(cfg.data.sampler.samples_per_class),
             )
             if loss_key not in measured:
-                measured[loss_key] = retrieval_loss_peak(cfg, int(cfg.batch_size), device)
+                memory = {}
+                measured[loss_key] = retrieval_loss_peak(cfg, int(cfg.batch_size), device, memory=memory)
+                measured[("memory", *loss_key)] = memory["bytes"]
             search_key = ("search", cfg.data.name, int(cfg.model.embedding_dim))
             if search_key not in measured:
                 measured[search_key] = search_peak(
                     cfg.data.name, int(cfg.model.embedding_dim), device, (toy or {}).get("search_scale", 1.0)
                 )
             p = plan_retrieval(cfg, m, measured[loss_key], measured[search_key])
+            disk = checkpoint_sizes(m, measured[("memory", *loss_key)])
         else:
             p = plan_detection(cfg, m)
+            disk = checkpoint_sizes(m, detection_memory_bytes(cfg))
         needs = needs_retrieval(p) if app == "retrieval" else needs_detection(p)
         peak = max(p["train_bytes"], p["eval_bytes"]) / GIB
         out.append(
@@ -526,6 +612,8 @@ def plan(rows, device: torch.device = torch.device("cpu"), toy: dict | None = No
                 "eval_gib": p["eval_bytes"] / GIB,
                 "fits": {str(c): f for c, f in fits(peak).items()},
                 "needs_for_16": needs,
+                "parameters": m["parameters"],
+                **disk,
                 "measured": m,
             }
         )
@@ -589,6 +677,21 @@ def markdown(report: dict) -> str:
             f"| {', '.join(g['row'] for g in group)} | {r['train_line'][0] / GIB:.2f} | {r['train_line'][1] / GIB:.3f} | "
             f"{r['eval_line'][0] / GIB:.2f} | {r['eval_line'][1] / GIB:.4f} | {loss} | {search} | {r['train_model']} | "
             f"{r['measured']['seconds']} s |"
+        )
+    lines += [
+        "",
+        "Checkpoints on disk, MB (1e6 bytes; benchmarks/memory_plan.py's docstring): a finished run keeps the model's "
+        "state, the score memory and the random states; while it trains the checkpoint adds the optimiser state "
+        "(and the checkpoint of the epoch before is kept beside it, as large).",
+        "",
+        "| experiment | parameters (M) | model state | score memory | finished checkpoint | while training |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in report["rows"]:
+        finished = r["finished_checkpoint_bytes"]
+        lines.append(
+            f"| {r['row']} | {r['parameters'] / 1e6:.1f} | {r['measured']['model_state_bytes'] / 1e6:.1f} | "
+            f"{r['memory_bytes'] / 1e6:.2f} | {finished / 1e6:.1f} | {r['training_checkpoint_bytes'] / 1e6:.1f} |"
         )
     lines += [
         "",

@@ -86,8 +86,31 @@ def test_the_tool_plans_rows_at_toy_sizes_on_the_cpu(tmp_path):
     table = (tmp_path / "memory_plan.md").read_text()
     assert "| 16 GB | 24 GB | 40 GB | 80 GB | to fit 16 GB |" in table
     assert all(f"| {row} |" in table for row in rows)
+    # the checkpoints: a finished run's is the model's state, the score memory and the random states
+    assert (
+        "| experiment | parameters (M) | model state | score memory | finished checkpoint | while training |" in table
+    )
+    for r in report["rows"]:
+        m = r["measured"]
+        assert r["parameters"] > 0 and m["model_state_bytes"] >= 4 * r["parameters"]  # float32 weights, buffers
+        assert r["finished_checkpoint_bytes"] == m["model_state_bytes"] + r["memory_bytes"] + m["rng_bytes"]
+        assert r["training_checkpoint_bytes"] == r["finished_checkpoint_bytes"] + m["optimizer_state_bytes"]
+    # Adam keeps two moments of every weight, SGD one (momentum); sop_log remembers 3 batches of 16 x 32 float32
+    sop, voc = by_row["sop_log"], by_row["table5_r50_voc07_rambo"]
+    assert sop["measured"]["optimizer_state_bytes"] >= 2 * 4 * sop["parameters"]
+    assert sop["memory_bytes"] == 3 * 16 * (32 * 4 + 8)  # embeddings and int64 labels
+    # tau x batch x RoIs per image (the paper RaMBO rows rank every RPN proposal) x (float32 + bool) per class
+    assert voc["memory_bytes"] == 7 * 4 * 2000 * 20 * 5
 
 
 def test_an_unknown_row_is_refused_with_the_rows_it_knows():
     done = subprocess.run([sys.executable, str(SCRIPT), "--rows", "sop_lgo"], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 2 and "not a paper experiment: ['sop_lgo']" in done.stderr and "sop_log" in done.stderr
+
+
+def test_state_bytes_counts_each_storage_once_in_nested_states():
+    weight = torch.zeros(10, 4)
+    state = {"a": weight, "b": [weight[1], (torch.zeros(3, dtype=torch.int64), 7)], "c": {"d": "text"}}
+    assert plan_tool.state_bytes(state) == 10 * 4 * 4 + 3 * 8
+    model = torch.nn.Linear(5, 2)
+    assert plan_tool.model_state(model) == {"parameters": 12, "model_state_bytes": 12 * 4}
