@@ -113,7 +113,7 @@ reproduce: install ## run the pipeline: PROFILE=mini (default; CPU, synthetic da
 	@echo "figures: figures/out/$(PROFILE)/"
 	@echo "report:  results/README.md"
 
-paper-smoke: install ## the whole paper DAG (every experiment, table and figure of PROFILE=paper) on this CPU in minutes, fed by stand-in archives of every dataset, in a scratch copy (build/paper-smoke: 9 GB of checkpoints while it runs, deleted when it passes); CI runs it
+paper-smoke: install ## the whole paper DAG (every experiment, table and figure of PROFILE=paper) on this CPU in minutes, fed by stand-in archives of every dataset, in a scratch copy (build/paper-smoke: 4 GB of checkpoints at its end, deleted when it passes); CI runs it
 	$(PY) -m rambo.ablations.paper_smoke
 
 figures: install ## rebuild every figure (their DVC stages, and whatever they depend on that is out of date)

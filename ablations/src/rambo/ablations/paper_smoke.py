@@ -34,10 +34,11 @@ from .checkout import REPO
 BIN = Path(sys.executable).parent
 GENERATED = ("results", "figures/out", "data", "dvc.lock", "params.yaml")  # made by the pipeline, not copied
 KEPT = ("results/draws",)  # under GENERATED but an input: the committed runs of other machines (tables' second draw)
-# What a paper-smoke copy writes: the paper models' checkpoints with their optimiser state (16
-# retrieval ResNet-50s with Adam, 282 MB each; 7 Faster R-CNN R50, 317 MB; 2 R101 and 2 X101,
-# 460 MB) and small stand-in data: 9.0 GB measured at the end of a smoke (``disk_gb`` of its
-# summary), plus one checkpoint's temporary file while it is written atomically.
+# What a paper-smoke copy writes: the paper models' finished checkpoints, without optimiser state
+# (16 retrieval ResNet-50s, 99 MB each; 7 Faster R-CNN R50, 166 MB; 2 R101 and 2 X101, 242 MB) and
+# small stand-in data: 3.7 GB measured at the end of a smoke (``disk_gb`` of its summary), plus,
+# while a run trains, its checkpoint with the optimiser state, the one of the epoch before and a
+# checkpoint's temporary file (about 1.5 GB for an X101).
 NEEDED_GB = 10
 STAND_IN_TORCH_HOME = (
     "data/stand-in/torch"  # TORCH_HOME of the smoke's pipeline: its hub cache holds the stand-in weights
