@@ -117,6 +117,11 @@ def test_a_signal_held_while_the_job_starts_reaches_the_handler_once_it_exists()
         """
     )
     assert held.returncode == 0, held.stderr
-    assert held.stdout.splitlines() == ["still here", "handler: SIGUSR2", "received: ['SIGUSR2']"]
+    assert held.stdout.splitlines() == [
+        "still here",
+        "WARNING SIGUSR2 came while the job was starting, before its handlers existed: handled now",
+        "handler: SIGUSR2",
+        "received: ['SIGUSR2']",
+    ]
     unheld = python("os.kill(os.getpid(), signal.SIGUSR2)\nprint('still here')")
     assert unheld.returncode == -12 and "still here" not in unheld.stdout  # what the hold prevents
