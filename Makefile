@@ -49,7 +49,7 @@ test-slow: install ## run the tests marked slow as well
 	$(PY) -m pytest -m "not slurm" $(TEST_DIRS)
 
 .PHONY: test-reproduce
-test-reproduce: install ## a fresh clone runs `make reproduce PROFILE=tiny` and commits it; a fresh clone of that commit retrains every run: git status must be clean and a second dvc repro run nothing (issue 34; tests/test_clean_reproduce.py, marker `reproduce`, also `slow`: about 10 minutes on 2 cores, two tiny reproductions of about 5 each); CI runs it
+test-reproduce: install ## a fresh clone runs `make reproduce PROFILE=tiny` and commits it; a fresh clone of that commit retrains every run: git status must be clean and a second dvc repro run nothing (tests/test_clean_reproduce.py, marker `reproduce`, also `slow`: about 10 minutes on 2 cores, two tiny reproductions of about 5 each); CI runs it
 	$(PY) -m pytest -s -m reproduce tests/test_clean_reproduce.py
 
 test-slurm: install ## the cluster path on a real single-node SLURM started on this host (Debian's slurm-wlm and munge, installed when missing and root; else skipped, saying what to install): sweeps, the pipeline with the SLURM launcher, preemption, a time limit, two SLURM tasks, two jobs in one folder; CI runs it
@@ -90,7 +90,7 @@ $(PEERS_STAMP): $(STAMP)
 		|| echo "torchsort did not build: the peers table runs without it (and says so)"
 	touch $@
 
-bench-peers: $(PEERS_STAMP) ## the RaMBO losses beside PML's FastAP, SmoothAP, MultiSimilarity, Contrastive and torchsort's soft-rank AP at batches 128-4096, with and without the memory (issue 33; about 10 minutes on one CPU thread): core/benchmarks/peers.{json,md}; .venv-peers holds torchsort
+bench-peers: $(PEERS_STAMP) ## the RaMBO losses beside PML's FastAP, SmoothAP, MultiSimilarity, Contrastive and torchsort's soft-rank AP at batches 128-4096, with and without the memory (about 10 minutes on one CPU thread): core/benchmarks/peers.{json,md}; .venv-peers holds torchsort
 	PYTHONPATH=$(CURDIR)/core/src:$$PYTHONPATH $(PEERS_VENV)/bin/python -m rambo.core.benchmark_peers --out core/benchmarks/peers.json --markdown core/benchmarks/peers.md $(BENCH_ARGS)
 
 gpu-check: install ## the project on one GPU in minutes (core tests on CUDA, rank losses 1e5-1e8 beside the paper's V100, CPU/GPU identical ranks, paper-profile training steps, Recall@K at SOP scale): benchmarks/gpu_check.md; toy sizes on the CPU when there is no GPU
