@@ -14,6 +14,9 @@ both measured with ``make test-slurm``:
   and the launcher reported the requeued job failed.
 - A ``USR2`` that came while the job was starting, before submitit had installed its handler,
   killed the job (exit 140) instead of requeueing it.
+- A ``USR2`` that came while a DataLoader forked its workers was handled inside the fork's hook,
+  where Python drops an exception: submitit's exit after its requeue was lost, and the job trained
+  on until SLURM killed it.
 
 What this module does about them:
 
@@ -24,7 +27,8 @@ What this module does about them:
   handlers exist (a signal that came meanwhile is handled then: a ``USR2`` requeues the job), notes
   every signal its handlers receive, keeps the signals blocked across each fork (a DataLoader worker
   starts with them blocked; :func:`rambo.harness.workers.worker_init` ignores and then unblocks
-  them, so no worker dies of them), and turns an exception raised after a signal into the exit a
+  them, so no worker dies of them) with hooks in which no handler runs (a signal that comes during
+  a fork is handled once it has returned: :class:`_ForkGuard`), and turns an exception raised after a signal into the exit a
   requeue expects: ``SystemExit``, which writes no result, so the launcher waits for the requeued
   job's. Leaving that way, it ends the workers first (``SIGKILL``, as the scheduler would): they
   ignore ``TERM``, with which Python's exit would end them. Nothing changes where no Python handler
@@ -45,7 +49,7 @@ SUBMITIT_MAIN = "submitit.core._submit"  # the module a submitit job runs (pytho
 REQUEUE_EXIT = -1  # submitit's own exit after a requeue: sys.exit(-1), status 255, no result written
 
 log = logging.getLogger(__name__)
-_state = {"guarding": False, "fork_mask": None, "fork_hooks": False, "held": []}
+_state = {"held": []}  # and "fork_guard", made at the first guarded block
 
 
 def _main_thread() -> bool:
@@ -98,19 +102,94 @@ def hold_while_job_starts() -> None:
         hold()
 
 
-def _before_fork() -> None:  # the child inherits the forking thread's mask, its only thread's
-    if _state["guarding"] and SIGNALS:
-        _state["fork_mask"] = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+class _ForkGuard:
+    """The fork hooks that start a DataLoader worker with ``TERM`` and ``USR2`` blocked, written so
+    that no handler runs inside a fork hook.
+
+    Python runs a fork hook from C and prints and drops an exception raised in it: a handler that
+    ran there (submitit's ``USR2`` handler exits after its requeue) lost its exit, and the requeued
+    job trained on until SLURM killed it. So the hooks that block the signals, restore the mask and
+    mark the fork are C calls (ctypes' ``PyDLL``: no Python code runs, so no handler; the GIL stays
+    held). A signal that arrives while they are blocked is delivered when the mask is restored, by
+    the last hook, and handled once the fork has returned. A handler that Python runs inside
+    another (Python) fork hook, for a signal another thread received meanwhile, sees the mark and
+    defers: the last hook raises that signal again, after the mask is restored.
+
+    The hooks are registered once and stay: outside :func:`scheduler_signals` the set they block is
+    empty (they change nothing)."""
+
+    SET_BYTES = 256  # room for any libc's sigset_t (glibc's: 128 bytes)
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self.ctypes = ctypes
+        libc = ctypes.PyDLL(None)  # the process's libc; PyDLL: the GIL is held, no Python code runs
+        self.pthread_sigmask = libc.pthread_sigmask
+        self.pthread_sigmask.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        self.sigemptyset, self.sigaddset = libc.sigemptyset, libc.sigaddset
+        self.sigemptyset.argtypes, self.sigaddset.argtypes = [ctypes.c_void_p], [ctypes.c_void_p, ctypes.c_int]
+        self.memset = libc.memset
+        self.memset.argtypes, self.memset.restype = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t], ctypes.c_void_p
+        self.raise_ = getattr(libc, "raise")
+        self.raise_.argtypes = [ctypes.c_int]
+        self.blocked = (ctypes.c_ubyte * self.SET_BYTES)()  # what a fork blocks: SIGNALS while guarding, else none
+        self.saved = (ctypes.c_ubyte * self.SET_BYTES)()  # the forking thread's mask before the fork
+        # [0]: nonzero while a fork runs its hooks; [1 + i]: SIGNALS[i] when its handler deferred it, else 0
+        self.marks = (ctypes.c_int * (1 + len(SIGNALS)))()
+        self.deferred = [
+            ctypes.c_int.from_buffer(self.marks, (1 + i) * ctypes.sizeof(ctypes.c_int)) for i in range(len(SIGNALS))
+        ]
+        self.guard(False)
+        self.register()
+
+    def register(self) -> None:
+        from functools import partial
+
+        address, size = self.ctypes.addressof, self.ctypes.sizeof
+        # Hooks run before a fork in the reverse order of their registration, after it in that order:
+        # the mark is set first and cleared last, the mask restored before a deferred signal is raised.
+        os.register_at_fork(
+            before=partial(self.pthread_sigmask, signal.SIG_BLOCK, address(self.blocked), address(self.saved)),
+            after_in_parent=partial(self.pthread_sigmask, signal.SIG_SETMASK, address(self.saved), None),
+            after_in_child=_after_fork_in_child,  # the child keeps the mask: its worker_init unblocks
+        )
+        for deferred in self.deferred:
+            os.register_at_fork(after_in_parent=partial(self.raise_, deferred))  # raise(0) sends nothing
+        clear = partial(self.memset, address(self.marks), 0, size(self.marks))
+        os.register_at_fork(
+            before=partial(self.memset, address(self.marks), 1, 1), after_in_parent=clear, after_in_child=clear
+        )
+
+    def guard(self, on: bool) -> None:
+        """Block ``TERM`` and ``USR2`` across every fork from now on, or no longer."""
+        self.sigemptyset(self.ctypes.addressof(self.blocked))
+        for number in SIGNALS if on else ():
+            self.sigaddset(self.ctypes.addressof(self.blocked), int(number))
+
+    def forking(self) -> bool:
+        return self.marks[0] != 0
+
+    def defer(self, signum: int) -> None:
+        self.deferred[SIGNALS.index(signum)].value = signum
 
 
-def _after_fork_in_parent() -> None:
-    mask, _state["fork_mask"] = _state["fork_mask"], None
-    if mask is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+def _fork_guard() -> _ForkGuard | None:
+    """The process's :class:`_ForkGuard`, made at the first call; ``None`` where there is no fork
+    (Windows) or no libc to call."""
+    if "fork_guard" not in _state:
+        guard = None
+        if hasattr(os, "register_at_fork") and hasattr(signal, "pthread_sigmask"):
+            try:
+                guard = _ForkGuard()
+            except (OSError, AttributeError) as error:  # no libc symbols to call: workers fork unguarded
+                log.debug("no fork guard for the scheduler's signals: %s", error)
+        _state["fork_guard"] = guard
+    return _state["fork_guard"]
 
 
 def _after_fork_in_child() -> None:
-    _state["guarding"], _state["fork_mask"], _state["held"] = False, None, []  # the child leaves them to its parent
+    _state["held"] = []  # the child leaves the signals to its parent
 
 
 def _end_workers() -> None:
@@ -149,8 +228,13 @@ def scheduler_signals():
         yield received
         return
 
+    fork_guard = _fork_guard()
+
     def noting(handler):
         def note_then_handle(signum, frame):
+            if fork_guard is not None and fork_guard.forking():  # inside a fork hook: after the fork
+                fork_guard.defer(signum)
+                return None
             received.append(signum)
             return handler(signum, frame)
 
@@ -158,12 +242,8 @@ def scheduler_signals():
 
     for number, handler in handled.items():
         signal.signal(number, noting(handler))
-    if not _state["fork_hooks"]:
-        os.register_at_fork(
-            before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
-        )
-        _state["fork_hooks"] = True
-    _state["guarding"] = True
+    if fork_guard is not None:
+        fork_guard.guard(True)
     try:
         release()
         yield received
@@ -186,6 +266,7 @@ def scheduler_signals():
         _end_workers()
         raise SystemExit(REQUEUE_EXIT) from None
     finally:
-        _state["guarding"] = False
+        if fork_guard is not None:
+            fork_guard.guard(False)
         for number, handler in handled.items():
             signal.signal(number, handler)
