@@ -1,4 +1,4 @@
-"""Issue 22 item 6: when and why RaMBO's recall loss collapses the embedding (every pair at cosine
+"""When and why RaMBO's recall loss collapses the embedding (every pair at cosine
 ~1), measured on the synthetic set with labels a network can and cannot separate.
 
     python benchmarks/embedding_collapse.py labels --synthetic data/retrieval/synthetic --out build/collapse

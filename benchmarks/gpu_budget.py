@@ -1,4 +1,4 @@
-"""What a GPU user should budget for each paper experiment (issue 21 item 6): training time on one
+"""What a GPU user should budget for each paper experiment: training time on one
 GPU, computed from the step times that ``make gpu-check`` measured (``benchmarks/gpu_check.json``),
 the training-set sizes and the paper's epochs, with every assumption in the table's notes.
 

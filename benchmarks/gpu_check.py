@@ -41,7 +41,7 @@ SECTIONS = tuple(REGISTRY)
 
 
 def markdown(report: dict) -> str:
-    """``gpu_check.md``: the run's machine and command, each section's status, issue 23's targets, then each
+    """``gpu_check.md``: the run's machine and command, each section's status, the performance targets, then each
     section's own tables in the registry's order."""
     meta = report["meta"]
     lines = [f"# GPU check ({'toy sizes' if meta['toy'] else 'full sizes'}) on {meta['device_name']}", ""]
@@ -61,7 +61,7 @@ def markdown(report: dict) -> str:
     lines.append("")
     met = targets(report)
     if met:
-        lines += section_table("Issue 23's targets", ["target", "measured", "met"], "lrl", met)
+        lines += section_table("Performance targets", ["target", "measured", "met"], "lrl", met)
     for name, section in REGISTRY.items():
         if name in status:
             lines += section.markdown(status[name], report)

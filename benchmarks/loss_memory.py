@@ -1,4 +1,4 @@
-"""Peak memory of one AP-loss forward+backward, in bytes per ranked element (issue 23 item 6).
+"""Peak memory of one AP-loss forward+backward, in bytes per ranked element.
 
     python benchmarks/loss_memory.py                 # 1e7 elements on the CPU, dense and sparse path
     python benchmarks/loss_memory.py --n 100000000   # 1e8 (about 4 GB per run on the CPU)

@@ -1,4 +1,4 @@
-"""``make memory-plan``: the GPU memory each paper experiment needs, measured on this CPU (issue 29 item 5).
+"""``make memory-plan``: the GPU memory each paper experiment needs, measured on this CPU.
 
     python benchmarks/memory_plan.py                        # every paper row: benchmarks/memory_plan.{json,md}
     python benchmarks/memory_plan.py --rows sop_log table5_r50_voc07_rambo --out-dir /tmp/plan

@@ -1,8 +1,8 @@
-"""A committed reproduction reproduces itself (issue 34, item 4): in a fresh clone of HEAD,
+"""A committed reproduction reproduces itself: in a fresh clone of HEAD,
 ``make reproduce PROFILE=tiny``, and commit everything it wrote (``dvc.lock``, ``params.yaml``,
 ``results/tiny/``, ``figures/out/tiny/``), after checking that it left the committed mini results
 (``results/mini/``, ``figures/out/mini/``) as they were and that no committed results file lacks a
-key the first run wrote (item 3: :func:`keys_committed_files_lack`); then a fresh clone of *that* commit runs ``make reproduce
+key the first run wrote (:func:`keys_committed_files_lack`); then a fresh clone of *that* commit runs ``make reproduce
 PROFILE=tiny`` again, every run retrained (a clone has no checkpoints: they are git-ignored and
 never in DVC's cache), and ``git status --porcelain`` must be empty and a second ``dvc repro`` must
 run nothing.
@@ -22,7 +22,7 @@ What differs from a user's ``make reproduce`` in a fresh clone, and why:
 * ``MAKEFLAGS``/``MAKELEVEL`` of a calling ``make`` are dropped, and ``WANDB_MODE=offline``: the
   tiny profile's ``wandb_mode`` is ``auto``, as mini's, so every run logs to W&B offline as a user's
   mini runs do without an API key, and its random run id and ``wandb/`` folders must not reach
-  ``dvc.lock`` (they did, before ``.dvcignore`` and the id's side file: issue 34).
+  ``dvc.lock`` (they did, before ``.dvcignore`` and the id's side file).
 
 The clones are real ``git clone``s (file://), so the test sees the checkout's HEAD, not its
 uncommitted files; each clone has its own DVC cache (``.dvc/cache`` inside it: ``.dvc/config`` sets
@@ -154,7 +154,7 @@ def key_paths(value, prefix: str = "") -> set[str]:
 
 
 def keys_committed_files_lack(clone_dir: Path) -> dict[str, list[str]]:
-    """Issue 34 item 3: the key paths that the code wrote into a results file of the tiny profile (a
+    """The key paths that the code wrote into a results file of the tiny profile (a
     run's ``metrics.json`` or ``curve.json``, a table's JSON, under ``results/tiny/``) in ``clone_dir``'s
     working tree and that the committed mini version of that file (the same path under
     ``results/mini/``) lacks, per file. The tiny profile writes the same files as the committed mini

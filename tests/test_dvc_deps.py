@@ -1,4 +1,4 @@
-"""Every DVC stage lists, under its ``deps``, every project file its command imports (issue 32).
+"""Every DVC stage lists, under its ``deps``, every project file its command imports.
 
 A stage whose code changes must be marked changed by ``dvc status``: otherwise an edit to, say,
 the ranking code leaves Fig. 5 as it was, ``dvc repro`` runs nothing, and the published figure
@@ -133,7 +133,7 @@ def test_the_import_reader_follows_relative_lazy_and_submodule_imports(tmp_path,
 
 def test_every_stage_runs_a_module_of_a_sub_project():
     """``python -m rambo.<package>.<module>``, never a script: a script imports its siblings only
-    with its folder on ``sys.path``, which no figure or table edits any more (issue 32)."""
+    with its folder on ``sys.path``, which no figure or table edits any more."""
     for name, stage in stages().items():
         cmd = stage["cmd"] if isinstance(stage["cmd"], str) else " && ".join(stage["cmd"])
         found = list(ENTRY.finditer(cmd))

@@ -130,7 +130,7 @@ def test_train_pml(image_folder):
 
 @pytest.mark.parametrize("script", ["train_imagefolder.py", "train_pml.py"])
 def test_the_default_batch_fits_a_folder_of_few_classes_and_a_seed_repeats_the_run(image_folder, script):
-    """Issue 22: both examples' default batch (64 = 16 classes x 4) failed on a folder of fewer
+    """The bug this guards against: both examples' default batch (64 = 16 classes x 4) failed on a folder of fewer
     classes, and train_pml.py was not reproducible with --seed (PML draws from numpy's generator)."""
     pytest.importorskip("faiss")
     if script == "train_pml.py":

@@ -1,4 +1,4 @@
-"""The GPU budget table (issue 21 item 6): hours from gpu-check's measured step rates."""
+"""The GPU budget table: hours from gpu-check's measured step rates."""
 
 import importlib.util
 import json

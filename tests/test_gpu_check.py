@@ -111,7 +111,7 @@ def test_the_check_refuses_a_core_test_device_torch_cannot_see(tmp_path):
 
 
 def test_the_targets_table_sets_each_measurement_beside_its_target():
-    """Issue 23's targets (0 syncs; AP <= 0.3 ms at 1e5, <= 1 ms at 1e6; peak <= 4.6 GiB at 1e8; the
+    """The performance targets (0 syncs; AP <= 0.3 ms at 1e5, <= 1 ms at 1e6; peak <= 4.6 GiB at 1e8; the
     RoI loss <= 1 ms; a RaMBO detection step within 5% of CE), read from a report."""
     row = lambda n, ms, gib=None: {"n": n, "ap_ms": ms, "peak_gib": gib, "detection_sequence": False}  # noqa: E731
     report = {

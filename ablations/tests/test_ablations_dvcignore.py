@@ -1,4 +1,4 @@
-"""DVC's view of a run folder (issue 34): the per-run logs and Hydra's records are not results, so
+"""DVC's view of a run folder: the per-run logs and Hydra's records are not results, so
 they are out of the output hashes (dvc.lock changes only when results change), while the results
 stay in. Asked of the real dvc, on the repository's own .dvcignore."""
 

@@ -1,4 +1,4 @@
-"""The paper-settings ledger (issue 21): every paper experiment's settings against their sources."""
+"""The paper-settings ledger: every paper experiment's settings against their sources."""
 
 import copy
 import functools
@@ -26,7 +26,7 @@ def test_every_paper_experiment_matches_the_ledger():
 
 
 def test_a_profile_that_overrides_an_experiments_batch_size_fails_the_check(tmp_path, monkeypatch):
-    """The bug of issue 21: profile/paper.yaml set ``batch_size: 128``, and the profile is composed
+    """The bug this guards against: profile/paper.yaml set ``batch_size: 128``, and the profile is composed
     after the experiment, so the Recall@k rows' 4000 became 128. Put the line back (in a copy of
     the configs) and the ledger names every row it breaks."""
     import shutil
@@ -126,7 +126,7 @@ def test_every_entry_records_the_papers_value_and_differs_from_it_only_as_a_devi
 
 
 def test_the_ce_rows_recipe_differs_from_the_papers_stated_value_so_it_must_be_a_deviation():
-    """The loophole of issue 30: the CE rows run mmdetection's 16 images at lr 0.01 where Sec. 5.2
+    """The loophole this guards against: the CE rows run mmdetection's 16 images at lr 0.01 where Sec. 5.2
     states batch 8 and lr 0.1, and the check passed because the entries were 'decisions'. Take the
     deviation away and the check names both entries."""
     ledger = load_ledger()

@@ -59,7 +59,7 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
     ):
         assert (tiny_repo / "figures" / "out" / "tiny" / f"{figure}.png").stat().st_size > 0, figure
 
-    # every run says what made it, and the tables name the machine (issue 20)
+    # every run says what made it, and the tables name the machine
     metrics = json.loads(
         (tiny_repo / "results" / "tiny" / "runs" / "retrieval" / "synthetic_log" / "seed0" / "metrics.json").read_text()
     )
@@ -101,7 +101,7 @@ def test_tiny_pipeline_runs_every_stage_and_a_second_repro_does_nothing(tiny_rep
     assert {c.split("/")[3] for c in curves} == {"retrieval", "detection"}
     assert not plots.get("errors") and all(plots["data"][c] for c in curves), plots.get("errors")
 
-    # `dvc plots show` with no arguments renders the pipeline's plots (issue 24): a line per run and
+    # `dvc plots show` with no arguments renders the pipeline's plots: a line per run and
     # seed of each task's loss and evaluations, the tables' rows per seed, Table 8's lambda curve
     shown = subprocess.run(
         [str(BIN / "dvc"), "plots", "show", "--json"],

@@ -66,7 +66,7 @@ def test_tables_have_mean_std_and_paper_numbers(tmp_path):
 
 
 def test_tables_name_their_machines_and_the_claims_compare_a_second_draw(tmp_path):
-    """Issue 20: where the runs came from, and which verdicts another draw (other kernels) keeps."""
+    """Where the runs came from, and which verdicts another draw (other kernels) keeps."""
     draw = {"runs": str(tmp_path / "draw" / "runs"), "label": "portable kernels"}
     params = {"profile": "mini", "seeds": [0, 1, 2], "tables": {"runs": MINI_RUNS, "second_draw": draw}}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
@@ -229,7 +229,7 @@ def test_every_profile_names_its_seeds_and_a_hydra_launcher(profile):
 
 
 def test_table7_ablates_the_papers_full_rambo_variant_and_names_its_runs(tmp_path):
-    """Issue 30: the paper's Full RaMBO row of Table 7 is loglog on CUB200 and SOP (64.0, 78.6) and
+    """The paper's Full RaMBO row of Table 7 is loglog on CUB200 and SOP (64.0, 78.6) and
     log on In-shop (88.1); the paper profile's ablations build on that variant, and the table names
     the runs behind each column. Each ablation must compose with its column's weighting."""
     from rambo.ablations import paper_settings

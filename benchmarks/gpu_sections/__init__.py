@@ -5,7 +5,7 @@ shown: ``run(device, sizes) -> dict`` (the section's JSON; ``"ok"`` says whether
 
 ``SECTIONS`` is the registry the command reads: every section once, in the order they run by default and in
 which the report shows their tables. ``common`` (sizes, memory, formats), ``training_steps`` (shared by the two
-retrieval step sections) and ``targets`` (issue 23's table, read across sections) are not sections."""
+retrieval step sections) and ``targets`` (the performance targets' table, read across sections) are not sections."""
 
 from . import (
     core_tests,

@@ -1,4 +1,4 @@
-"""``cuda_graphs`` (issue 23 items 4 and 7): the AP loss at 1e5-1e8 eager, compiled (inductor, fullgraph) and as
+"""``cuda_graphs``: the AP loss at 1e5-1e8 eager, compiled (inductor, fullgraph) and as
 a CUDA graph; the detection RoI loss with its memory full (4,096 RoIs x 21, memory 7) and one retrieval step of
 the paper profile (model forward, the batch-memory recall loss, backward; the optimizer stays outside the graph)
 captured as CUDA graphs (``torch.cuda.graph``) and replayed: replay vs eager time, and the replayed loss (and,
@@ -99,7 +99,7 @@ def _ap_loss_modes(device: torch.device, n: int, repeats: int) -> dict:
 
 
 def run(device: torch.device, sizes: Sizes) -> dict:
-    """Issue 23 items 4 and 7: the AP loss at 1e5-1e8 eager, compiled and as a CUDA graph; the
+    """The AP loss at 1e5-1e8 eager, compiled and as a CUDA graph; the
     detection loss with its memory, and one retrieval step, as CUDA graphs."""
     if device.type != "cuda":
         return {"skipped": "CUDA graphs need a CUDA device", "rows": [], "lengths": [], "ok": True}

@@ -1,4 +1,4 @@
-"""``peers``: the peers table of ``make bench-peers`` (issue 33) on the device: the RaMBO recall and AP losses
+"""``peers``: the peers table of ``make bench-peers`` on the device: the RaMBO recall and AP losses
 beside PML's FastAP, SmoothAP, MultiSimilarity and Contrastive (and torchsort's soft-rank AP where the
 environment has torchsort) at batches 128-4,096, with and without the memory, and the batch-shaped path's cost
 per element (:mod:`rambo.core.benchmark_peers`)."""
@@ -27,4 +27,4 @@ def markdown(result: dict, report: dict) -> list[str]:
         return []
     from rambo.core.benchmark_peers import markdown as peers_markdown
 
-    return ["## The losses beside their peers (issue 33)", "", peers_markdown(result), ""]
+    return ["## The losses beside their peers", "", peers_markdown(result), ""]

@@ -1,6 +1,6 @@
 """``retrieval_step``: training steps of the paper profile (ResNet-50, 224 px, batch 128, RaMBO recall log with
 the batch memory; ``experiment=sop_log profile=paper``), images/s and peak memory, and the same step with
-bfloat16 autocast and channels-last (issue 23 item 5: options of the apps, off in the paper profile)."""
+bfloat16 autocast and channels-last (options of the apps, off in the paper profile)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from .training_steps import retrieval_steps, steps_markdown
 
 
 def run(device: torch.device, sizes: Sizes) -> dict:
-    """The paper profile's step, and the same step with bfloat16 autocast and channels-last (issue 23
-    item 5: options of the apps, off in the paper profile)."""
+    """The paper profile's step, and the same step with bfloat16 autocast and channels-last (options of
+    the apps, off in the paper profile)."""
     s = sizes.retrieval
     paper = ["experiment=sop_log", "profile=paper"]
     runs = [

@@ -1,4 +1,4 @@
-"""``sync_free`` (issue 23): host syncs per loss call (AP, recall, MAP, AP-C, the detection RoI loss with its
+"""``sync_free``: host syncs per loss call (AP, recall, MAP, AP-C, the detection RoI loss with its
 memory full) on the path the device runs, counted twice: operations that read device data
 (``rambo.core.host_syncs``) and, on a GPU, ``torch.cuda.set_sync_debug_mode`` warnings; and
 forward+backward eager vs ``torch.compile(fullgraph=True)`` (inductor; aot_eager at toy sizes)."""
@@ -37,7 +37,7 @@ def _count_syncs(run, device: torch.device) -> dict:
 
 
 def run(device: torch.device, sizes: Sizes) -> dict:
-    """Issue 23: syncs per call and eager vs compiled times of each loss on the path ``device`` runs."""
+    """Syncs per call and eager vs compiled times of each loss on the path ``device`` runs."""
     from rambo.core import APCLoss, APLoss, MAPLoss, RecallLoss
     from rambo.core.loss_path import loss_path
     from rambo.detection.rank_classifier_loss import RankClassifierLoss

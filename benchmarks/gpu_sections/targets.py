@@ -1,4 +1,4 @@
-"""Issue 23's targets beside what a gpu-check report measured. Not a section: the targets read the results of
+"""The performance targets beside what a gpu-check report measured. Not a section: the targets read the results of
 several sections (``sync_free``, ``rank_losses``, ``cuda_graphs``, ``detection_step``), so the report's first
 table is made here from the whole report."""
 
@@ -8,7 +8,7 @@ from .common import format_gib, format_ms
 
 
 def targets(report: dict) -> list[list]:
-    """Issue 23's targets beside what this report measured: ``[target, measured, met]`` rows (a
+    """The performance targets beside what this report measured: ``[target, measured, met]`` rows (a
     target whose section did not run, or failed, is measured as ``-``)."""
     status = report["sections"]
     rows = []

@@ -1,4 +1,4 @@
-"""The peers benchmark (issue 33) at toy sizes: every peer measured in both settings, the memory
+"""The peers benchmark at toy sizes: every peer measured in both settings, the memory
 guard refusing a run whose estimate exceeds the budget, the table and the per-element costs."""
 
 import pytest

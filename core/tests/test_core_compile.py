@@ -140,7 +140,7 @@ ONE_GRAPH_LOSSES = {
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", INDUCTOR])
 @pytest.mark.parametrize("name", sorted(ONE_GRAPH_LOSSES))
 def test_each_loss_is_one_graph_and_its_compiled_gradient_is_eagers_bit_for_bit(name, backend):
-    """Issue 23: fullgraph compiles of forward and backward (the dense path) give the eager (sparse)
+    """Fullgraph compiles of forward and backward (the dense path) give the eager (sparse)
     path's gradient bits, ties and -0.0 included, under every backend."""
     make, items_by_classes = ONE_GRAPH_LOSSES[name]
     scores, relevant = _tied_scores_with_both_zeros()

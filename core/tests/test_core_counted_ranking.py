@@ -1,4 +1,4 @@
-"""The counting path of Alg. 1 (issue 33 item 2) against today's paths on the same input: the same
+"""The counting path of Alg. 1 against today's paths on the same input: the same
 ranks, losses and gradients, bit for bit (``torch.equal``), ties, -0.0/+0.0, rows with every item
 or none relevant, float32 and float64, the memory on and off."""
 

@@ -1,4 +1,4 @@
-"""The dense, sync-free formulation of the RaMBO losses (rambo.core.loss_path, issue 23) against the
+"""The dense, sync-free formulation of the RaMBO losses (rambo.core.loss_path) against the
 sparse CPU one: bit-identical gradients (ties and both zeros included), the same values up to the
 order of the summation, the brute-force definitions (Eq. 17-22), no host synchronisation, one graph."""
 

@@ -134,7 +134,7 @@ def test_cpu_and_gpu_break_ties_identically():
     ],
 )
 def test_ranking_a_buffer_the_caller_gives_up_gives_the_same_ranks_and_leaves_other_input_alone(shape, dtype):
-    """Issue 23 item 6: the backward builds its sort keys in the perturbed scores it owns
+    """The backward builds its sort keys in the perturbed scores it owns
     (``owned=True``, no copy); without ``owned`` the input is never written."""
     scores = (torch.randint(-20, 20, shape, generator=torch.Generator().manual_seed(0)) / 4).to(dtype)
     scores.view(-1)[:7] = -0.0

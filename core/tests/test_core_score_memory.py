@@ -182,7 +182,7 @@ def _reference_inputs(kind, window, scores, relevant):
 
 @pytest.mark.parametrize("kind", ["items", "rows", "embeddings"])
 def test_a_full_memory_is_shifted_in_place_and_gives_the_losses_of_a_list_of_batches(kind):
-    """Issue 23 item 4: once full, the memory keeps its tensors (shape and address: what a CUDA graph
+    """Once full, the memory keeps its tensors (shape and address: what a CUDA graph
     replays) and shifts them in place; the loss value and gradient are those of the current batch
     and the last tau batches kept as a list, bit for bit (ties included: the order is the same)."""
     tau, generator = 3, torch.Generator().manual_seed(4)

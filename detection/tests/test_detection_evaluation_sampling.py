@@ -1,4 +1,4 @@
-"""AP50 on resampled and disjoint test images (rambo.detection.evaluation_sampling, issue 31)."""
+"""AP50 on resampled and disjoint test images (rambo.detection.evaluation_sampling)."""
 
 import numpy as np
 import pytest

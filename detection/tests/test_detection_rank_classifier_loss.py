@@ -212,7 +212,7 @@ def _gradients(loss, batches, run=None):
 
 @pytest.mark.parametrize("background_label", [0, 5])
 def test_the_dense_detection_loss_gives_the_sparse_gradients_while_its_memory_fills_and_never_waits(background_label):
-    """Issue 23: the GPU path (rambo.core.loss_path "dense") on the CPU: 9 steps, the memory of 7
+    """The GPU path (rambo.core.loss_path "dense") on the CPU: 9 steps, the memory of 7
     full from the 8th; bit-identical gradients, and no host sync in a call (the sparse one has many)."""
     from rambo.core.host_syncs import count_host_syncs
     from rambo.core.loss_path import loss_path

@@ -211,7 +211,7 @@ def rank_loss_training_run(folder: Path, steps: int, seed: int = 0):
 def test_rank_loss_trains(tmp_path):
     """The detector learns with the RaMBO loss: it overfits a fixed batch.
 
-    Before (issue 20) this trained 30 shuffled, flipped iterations on 8 images and asserted an mAP
+    An earlier version trained 30 shuffled, flipped iterations on 8 images and asserted an mAP
     gain of 0.05: a gain of 0.009 to 0.08 over seeds 0-3 (portable kernels), and at seed 0 of
     0.017 on an AMD EPYC, 0.076 on the portable kernels and 0.10 with AVX-512 here: noise. Overfitting one fixed batch for 40 steps is far from
     that. Measured in 20 runs (seeds 0-4 under ATEN_CPU_CAPABILITY default, avx2 and avx512 at
@@ -290,7 +290,8 @@ def test_mini_rows_start_from_the_warm_start_of_their_seed():
 
 
 def test_mini_rows_train_8_epochs_after_a_4_epoch_warm_start():
-    """Issue 31's design: the rows converge (8 epochs, lr step after 6), the warm start keeps 4 (step after 3)."""
+    """The regime study's design: the rows converge (8 epochs, lr step after 6), the warm start keeps 4
+    (step after 3)."""
     rows = [p.stem for p in (CONF / "experiment").glob("mini_*.yaml") if p.stem != "mini_warm_start"]
     assert {"mini_ce", "mini_rambo", "mini_table8_lam0p5_nomargin"} <= set(rows)
     for experiment in rows:
@@ -301,7 +302,7 @@ def test_mini_rows_train_8_epochs_after_a_4_epoch_warm_start():
 
 
 def test_the_gpu_engine_sums_losses_on_the_device_and_reads_them_once(data_root, tmp_path, monkeypatch):
-    """Issue 23: with the device path forced on the CPU the epoch's losses are those of the per-step path."""
+    """With the device path forced on the CPU the epoch's losses are those of the per-step path."""
     from rambo.detection import engine
 
     overrides = one_iteration_overrides(data_root, tmp_path / "host") + [

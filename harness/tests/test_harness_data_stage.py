@@ -44,7 +44,7 @@ def test_each_dataset_is_prepared_where_the_runs_read_it(tmp_path, capsys):
         )
         == 0
     )
-    # --no-verify no longer turns pinned checksums off (issue 21): it is ignored, and says so.
+    # --no-verify does not turn pinned checksums off: it is ignored, and says so.
     source = data_stage.Source(verify=True, mirror="/m", archive_dir=Path("/k"))
     assert seen == [("a", "/d/a", 5, source), ("b", "/d/b", 5, source)]
     captured = capsys.readouterr()

@@ -1,4 +1,4 @@
-"""Losses summed on their device and read once (rambo.harness.loss_sums, issue 23)."""
+"""Losses summed on their device and read once (rambo.harness.loss_sums)."""
 
 import pytest
 import torch

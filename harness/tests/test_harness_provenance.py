@@ -1,4 +1,4 @@
-"""Provenance: what made a run, in its metrics.json and W&B config (issue 20)."""
+"""Provenance: what made a run, in its metrics.json and W&B config."""
 
 import json
 import shutil
@@ -42,7 +42,7 @@ def test_the_commit_is_the_last_change_to_the_sources_of_the_checkout_that_track
 
 
 def test_a_results_commit_on_top_leaves_the_recorded_commit_and_a_source_edit_marks_it_dirty(tmp_path):
-    """Issue 34: a fresh clone of the commit that added the results records what the committed runs
+    """A fresh clone of the commit that added the results records what the committed runs
     recorded, and so does one of a later commit that edits only a sub-project's README. A scratch
     repository with a source folder and a results folder, real git."""
     if shutil.which("git") is None:

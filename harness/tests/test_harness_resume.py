@@ -15,7 +15,7 @@ def test_policies(tmp_path):
     identity = {"seed": 0, "epochs": 2}
     assert checkpoint_to_resume(path, True, identity) is None  # nothing to resume: start
     save_checkpoint({"identity": identity, "epoch": 1}, path)
-    with pytest.raises(RunExistsError, match="holds this run already"):  # a new run never overwrites one (issue 22)
+    with pytest.raises(RunExistsError, match="holds this run already"):  # a new run never overwrites one
         checkpoint_to_resume(path, False, identity)
     assert checkpoint_to_resume(path, True, identity)["epoch"] == 1
     assert checkpoint_to_resume(path, "auto", identity)["epoch"] == 1

@@ -1,4 +1,4 @@
-"""One name per row (issue 22): a loss override of an experiment is another row, and needs its own name."""
+"""One name per row: a loss override of an experiment is another row, and needs its own name."""
 
 import pytest
 

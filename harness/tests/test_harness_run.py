@@ -98,7 +98,7 @@ def test_timings_are_logged_but_kept_out_of_the_curve_file(tmp_path, caplog):
 
 
 def test_the_same_run_in_two_folders_writes_byte_identical_checkpoints(tmp_path):
-    """DVC hashes the checkpoints (dvc.lock, issue 34): neither the run's folder (absolute under
+    """DVC hashes the checkpoints (dvc.lock): neither the run's folder (absolute under
     Hydra), nor the temporary file's random name, nor a timing may reach the checkpoint's bytes."""
 
     def make(out, seconds):
@@ -134,7 +134,7 @@ def test_a_non_finite_epoch_loss_saves_nothing_and_says_what_is_kept(tmp_path):
 
 
 def test_wandb_runs_carry_flat_keys_a_profile_group_and_the_headline_summary(tmp_path, monkeypatch):
-    """Issue 24: a dashboard filters by flat keys; mini and paper runs of one experiment never share a group."""
+    """A dashboard filters by flat keys; mini and paper runs of one experiment never share a group."""
     from rambo.harness import run as run_module
 
     started = []
@@ -190,7 +190,7 @@ def test_a_key_added_at_its_identity_default_resumes_an_older_checkpoint(tmp_pat
 
 
 def test_an_offline_wandb_run_keeps_its_id_beside_the_checkpoint_and_resumes_it(tmp_path, monkeypatch):
-    """Issue 34: W&B draws a random run id, so the id lives in ``checkpoint.pt.wandb-id`` (ignored by git
+    """W&B draws a random run id, so the id lives in ``checkpoint.pt.wandb-id`` (ignored by git
     and DVC), not in the checkpoint. Two makings of one run with W&B offline write byte-identical
     checkpoints, and a resumed run continues its W&B run (the real ``wandb``, offline)."""
     pytest.importorskip("wandb")

@@ -212,7 +212,7 @@ def test_an_epoch_of_every_super_pair_is_pairs_times_batches_per_pair():
 
 def test_fixed_pair_order_visits_the_pairs_as_itertools_combinations_every_epoch():
     """The code behind App. A (kunhe/Deep-Metric-Learning-Baselines datasets.py) visits
-    ``itertools.combinations`` of the super-labels in one order, every epoch (issue 30); the
+    ``itertools.combinations`` of the super-labels in one order, every epoch; the
     classes inside the batches are still drawn afresh each epoch."""
     import itertools
 

@@ -138,12 +138,13 @@ def test_non_empty_foreign_folder_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="is not empty and holds no synthetic set") as error:
         generate_synthetic(tmp_path, **SMALL)
-    assert "delete" not in str(error.value)  # a user's data is never what the message says to remove (issue 22)
+    assert "delete" not in str(error.value)  # a user's data is never what the message says to remove
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
 def test_a_users_dataset_at_the_synthetic_root_gets_the_command_that_trains_on_it(tmp_path):
-    """Issue 22: `data.root=MYDATA` under the mini profile said to delete the user's SOP-layout photos."""
+    """The bug this guards against: `data.root=MYDATA` under the mini profile said to delete the user's
+    SOP-layout photos."""
     (tmp_path / "Ebay_train.txt").write_text("image_id class_id super_class_id path\n")
     with pytest.raises(ValueError, match=r"holds a dataset in the sop layout.*To train on it: data=sop data.root="):
         generate_synthetic(tmp_path, **SMALL)

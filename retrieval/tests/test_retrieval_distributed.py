@@ -78,5 +78,5 @@ def test_the_training_app_runs_under_torchrun_with_two_processes(tmp_path):
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["complete"] and metrics["epochs_trained"] == 2
     assert 0.0 <= metrics["paper_protocol"]["R@1"] <= 1.0
-    assert metrics["provenance"]["launch"] == {"launcher": "torchrun", "processes": 2}  # issue 34: results differ by it
+    assert metrics["provenance"]["launch"] == {"launcher": "torchrun", "processes": 2}  # results differ by it
     assert "epoch 2/2" in (tmp_path / "run" / "train.log").read_text()  # one summary line per epoch

@@ -1,4 +1,4 @@
-"""``eval_batch_size``: evaluation's own batch, independent of the training batch (issue 29 item 5)."""
+"""``eval_batch_size``: evaluation's own batch, independent of the training batch."""
 
 import json
 

@@ -206,8 +206,8 @@ def test_console_scripts_are_installed(tmp_path):
         timeout=120,
     )
     assert result.returncode == 2 and "shape mismatch" in result.stderr
-    # A successful evaluation exits 0, with the metrics on stdout and nothing on stderr (issue 22:
-    # it exited 1 with the metrics dict on stderr, stopping any `&&` chain or `set -e` script).
+    # A successful evaluation exits 0, with the metrics on stdout and nothing on stderr (an earlier
+    # version exited 1 with the metrics dict on stderr, stopping any `&&` chain or `set -e` script).
     out = tmp_path / "m.json"
     result = subprocess.run(
         [

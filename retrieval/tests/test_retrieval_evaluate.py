@@ -106,7 +106,7 @@ def test_bad_input_raises_value_error():
 @pytest.mark.parametrize("level, shown", [("INFO", False), ("DEBUG", True)])
 def test_faiss_loader_lines_are_debug_not_info(level, shown):
     """faiss logs every CPU-specific library it cannot load at INFO ("Could not load library with
-    AVX512 support ..."): six lines in every train.log that read like an error (issue 22)."""
+    AVX512 support ..."): six lines in every train.log that read like an error."""
     import subprocess
     import sys
 
@@ -151,7 +151,7 @@ def test_mean_pairwise_cosine_is_the_same_float_in_any_row_order_and_memory_layo
 
 
 def test_the_torch_search_finds_faiss_neighbours_and_metrics():
-    """Issue 23: the exact top-k in torch (chosen for a GPU that faiss does not see) against faiss."""
+    """The exact top-k in torch (chosen for a GPU that faiss does not see) against faiss."""
     from rambo.retrieval.evaluate import neighbour_relevance, search_backend
 
     rng = np.random.default_rng(5)

@@ -22,7 +22,7 @@ def test_resnet50_classifier_replaced_by_512d_embedding():
 
 def test_frozen_batchnorm_keeps_its_statistics_and_trains_its_affine_weights():
     """As the references do (Roth et al.'s and the Recall@k code's ResNet-50: BatchNorm in eval
-    mode, its weight and bias still trained; the settings ledger, issue 21)."""
+    mode, its weight and bias still trained; the settings ledger)."""
     net = EmbeddingNet("small_convnet", embedding_dim=8, pretrained=False, width=4, freeze_batchnorm=True)
     net.train()
     bn = net.backbone.features[1]

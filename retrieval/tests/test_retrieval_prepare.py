@@ -36,7 +36,8 @@ def test_unknown_dataset_is_refused(tmp_path):
 
 
 def test_a_real_dataset_is_never_generated(tmp_path, capsys):
-    """Issue 22: `prepare --data sop` under the default (mini) profile silently made synthetic data."""
+    """The bug this guards against: `prepare --data sop` under the default (mini) profile silently made
+    synthetic data."""
     assert main(["--data-dir", str(tmp_path), "--data", "sop"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: sop: this profile trains every row on the synthetic set")

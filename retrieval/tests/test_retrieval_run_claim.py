@@ -1,4 +1,4 @@
-"""Two runs of the real app given one output folder (issue 29): exactly one trains; the other stops at
+"""Two runs of the real app given one output folder: exactly one trains; the other stops at
 once with an error naming the folder and the run that holds it, and nothing of the first is touched.
 
 The second run starts while the first trains, with ``resume=auto`` (the README's cluster command):

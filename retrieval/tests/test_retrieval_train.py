@@ -136,7 +136,7 @@ def test_resume_auto_sets_a_checkpoint_of_another_configuration_aside(data_dir, 
 
 
 def test_epochs_zero_evaluates_the_untrained_model_and_names_only_files_it_wrote(data_dir, tmp_path, caplog):
-    """The baseline users want (issue 22): no training, one evaluation, no checkpoint."""
+    """The baseline users want: no training, one evaluation, no checkpoint."""
     import logging
 
     with caplog.at_level(logging.INFO):
@@ -187,7 +187,8 @@ def test_the_engine_names_a_non_finite_loss_before_stepping():
 
 
 def test_a_loss_override_of_a_row_needs_a_name_of_its_own(data_dir, tmp_path):
-    """Issue 22: `experiment=sop_log loss=contrastive` wrote into the RaMBO run's folder and W&B group."""
+    """The bug this guards against: `experiment=sop_log loss=contrastive` wrote into the RaMBO run's folder
+    and W&B group."""
     import subprocess
     import sys
 
@@ -408,7 +409,7 @@ def test_every_evaluation_records_the_spread_and_a_collapse_is_logged(data_dir, 
 
 
 def test_the_gpu_engine_sums_losses_on_the_device_and_reads_them_once(data_dir, tmp_path, monkeypatch):
-    """Issue 23: where a host read is not free (a GPU) the epoch's loss is one read; on the CPU the
+    """Where a host read is not free (a GPU) the epoch's loss is one read; on the CPU the
     path is forced here, and the epoch's mean loss is the per-step path's."""
     from rambo.retrieval import engine
 

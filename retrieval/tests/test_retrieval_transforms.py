@@ -48,7 +48,7 @@ def test_square_resize_random_crop_is_a_224_window_of_the_256_square():
 
 
 def test_shorter_side_resize_random_resized_crop_resizes_before_the_crop():
-    """The Baselines fork's ``--resize256`` (issue 30): ``Resize(256)`` (the shorter side, aspect
+    """The Baselines fork's ``--resize256``: ``Resize(256)`` (the shorter side, aspect
     kept) then ``RandomResizedCrop(224)``. Against a brute force of the definition: the same
     random state drives torchvision's two steps written out by hand."""
     from torchvision import transforms as T

@@ -1,4 +1,4 @@
-"""The cluster path against a real SLURM (``make test-slurm``, issue 29): jobs submitted through the
+"""The cluster path against a real SLURM (``make test-slurm``): jobs submitted through the
 apps' documented launcher config (``hydra/launcher=slurm``, resources overridden for a CPU node),
 the tables made from them, the pipeline with SLURM as its launcher, preemption, a time limit, one
 run on two SLURM tasks, and two jobs given one folder. Every job is a real ``sbatch`` of the real
@@ -419,7 +419,7 @@ def test_one_run_on_two_slurm_tasks_equals_the_two_process_torchrun_run(cluster,
         shared,
     )
     assert results(sweep_dir / "seed0" / "metrics.json") == results(out / "metrics.json")
-    # What launched each, in its provenance (issue 34): the metrics agree, and differ from one process's.
+    # What launched each, in its provenance: the metrics agree, and differ from one process's.
     by_slurm = json.loads((sweep_dir / "seed0" / "metrics.json").read_text())["provenance"]["launch"]
     assert by_slurm["launcher"] == "slurm" and by_slurm["processes"] == 2 and by_slurm["slurm"]["job_id"], by_slurm
     assert json.loads((out / "metrics.json").read_text())["provenance"]["launch"] == {

@@ -1,5 +1,5 @@
 """The paper-settings ledger (``ablations/paper_settings.yaml``), checked against the configs the
-paper profile composes (issue 21).
+paper profile composes.
 
     python -m rambo.ablations.paper_settings            # every entry of every paper experiment; exit 1 on drift
 
@@ -19,7 +19,7 @@ Anything else, and a key the config does not have, is drift: the check fails and
 Every entry records what the paper states (``paper_value``: the value in the entry's own terms,
 or ``not stated``) and, where a reference implementation is followed or departed from, what that
 code does (``code_value``, optional). An entry whose ``value`` differs from either must be a
-``deviation`` (issue 30: before, an entry could differ from the paper silently, as the CE rows'
+``deviation`` (earlier versions let an entry differ from the paper silently, as the CE rows'
 batch and learning rate did); a ``deviation`` whose value differs from neither is a stale row.
 Every entry with a ``deviation`` (a setting the project deliberately does differently) names its
 row of the deviations table of ``docs/faithfulness.md`` (``readme_row``, the row's first cell); a row
