@@ -1,4 +1,4 @@
-"""The pipeline's plot data for ``dvc plots show`` and ``dvc plots diff`` (issue 24), written by the
+"""The pipeline's plot data for ``dvc plots show`` and ``dvc plots diff``, written by the
 tables stage, which reads the runs already.
 
 Under ``<out>`` (``results/<profile>/plots``), one JSON list of flat records per plot, declared in dvc.yaml's

@@ -1,4 +1,4 @@
-"""The RaMBO losses beside the losses a user would pick instead, on the shape they train with (issue 33).
+"""The RaMBO losses beside the losses a user would pick instead, on the shape they train with.
 
     python -m rambo.core.benchmark_peers [--sizes 128 512 2048 4096] [--device cpu|cuda]
         [--out core/benchmarks/peers.json] [--markdown core/benchmarks/peers.md]      (make bench-peers)
@@ -311,7 +311,7 @@ def _cell(row: dict) -> str:
 
 
 def goals(result: dict) -> list[list]:
-    """Issue 33's goals per size: ``[size, RaMBO / best rank-based peer, RaMBO / contrastive]`` for
+    """The benchmark's goals per size: ``[size, RaMBO / best rank-based peer, RaMBO / contrastive]`` for
     each setting, the RaMBO loss being the faster of recall and AP."""
     table = []
     for memory in (False, True):

@@ -1,4 +1,4 @@
-"""Alg. 1 for a few items per row, by counting instead of sorting (issue 33 item 2).
+"""Alg. 1 for a few items per row, by counting instead of sorting.
 
 The RaMBO losses read ``rank_alpha(y)`` (Eq. 17-22) at the relevant items only. With ``k`` of them
 in a row of ``N`` scores, the rank of Eq. 2 needs no sort:

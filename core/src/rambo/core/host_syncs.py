@@ -1,4 +1,4 @@
-"""Counting the operations that make the host wait for the device (issue 23), on any device.
+"""Counting the operations that make the host wait for the device, on any device.
 
 On a GPU, an operation whose result the host must read (``bool(t)``, ``int(t)``, ``t.item()``) or
 whose output shape depends on the data (``nonzero``, boolean-mask indexing, ``unique``,

@@ -1,4 +1,4 @@
-"""Which formulation the RaMBO losses run, and how they treat bad input (issue 23).
+"""Which formulation the RaMBO losses run, and how they treat bad input.
 
 Two formulations compute the same losses with bit-identical gradients (tested):
 

@@ -2,7 +2,7 @@
 
 The mini's test set is 80 small images; two models that differ by a point may differ by the
 images they were scored on. Given one model's detections on a large test set, these measure the
-evaluation-sampling part of the variance of its AP50 (issue 31):
+evaluation-sampling part of the variance of its AP50:
 
 * :func:`map_of_images`: the VOC AP50 (:func:`.evaluation.evaluate_voc`) of a *multiset* of test
   images: an image drawn twice counts twice (its copies are evaluated as separate images);

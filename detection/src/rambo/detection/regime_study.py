@@ -1,4 +1,4 @@
-"""Why RaMBO trails CE in the mini detection experiment: each suspect tested by runs (issue 31, item 2).
+"""Why RaMBO trails CE in the mini detection experiment: each suspect tested by runs.
 
     python -m rambo.detection.regime_study --work build/detection_variance --seeds 3 --jobs 2
 

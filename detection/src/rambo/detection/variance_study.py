@@ -1,4 +1,4 @@
-"""Where the mini detection experiment's variance comes from (issue 31, item 1).
+"""Where the mini detection experiment's variance comes from.
 
     python -m rambo.detection.variance_study --work build/detection_variance --seeds 4 --jobs 2
 

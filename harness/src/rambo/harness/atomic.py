@@ -145,7 +145,7 @@ def save_torch(obj, path: str | os.PathLike) -> Path:
     torch writes through an open file, not to the temporary's path: given a path, torch names the
     archive's records after the file (here a random temporary name), so two saves of equal objects
     would differ in bytes; through a file every record is under ``archive/`` and equal objects give
-    equal files (a rerun leaves DVC's hash of a checkpoint unchanged, issue 34)."""
+    equal files (a rerun leaves DVC's hash of a checkpoint unchanged)."""
     import torch
 
     try:

@@ -1,4 +1,4 @@
-"""Training losses summed where they are computed, read on the host once (issue 23).
+"""Training losses summed where they are computed, read on the host once.
 
 Reading a loss on the host every step (``float(loss)``, ``loss.item()``, ``if not isfinite(loss)``)
 makes the host wait for the GPU to finish that step before it can queue the next one. On a GPU

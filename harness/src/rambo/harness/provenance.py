@@ -9,7 +9,7 @@ fully described with them.
 Nothing here holds a time or a host name: two identical runs on one machine, launched the same
 way, record the same facts. The commit is the last one that changed :data:`SOURCE_FOLDERS`, not the
 checkout's HEAD, so a commit of results on top of the code that made them leaves it as it was (a
-fresh clone of that commit records what the committed runs recorded: issue 34). Under SLURM the job
+fresh clone of that commit records what the committed runs recorded). Under SLURM the job
 (and array) ids are recorded too, so there two runs differ by them.
 """
 

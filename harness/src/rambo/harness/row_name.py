@@ -1,6 +1,6 @@
 """One experiment name per paper row: an ``experiment=<row>`` whose loss is overridden on the
-command line is another row, and must not share the row's output folders and W&B group (issue 22:
-``experiment=sop_log loss=contrastive`` wrote into the RaMBO run's folder).
+command line is another row, and must not share the row's output folders and W&B group (an earlier version let
+``experiment=sop_log loss=contrastive`` write into the RaMBO run's folder).
 
 :func:`check_row_name` is called by each app's Hydra entry point: it refuses such a run unless it
 is given a name of its own (``experiment_name=...``). Only the loss group counts: data and model

@@ -36,7 +36,7 @@ run's flat ``wandb_keys`` (task, dataset, loss_name, lambda, margin, tau, seed: 
 filters on) beside ``profile`` and the whole config, its summary the headline numbers and metrics.
 A resumed run continues its W&B run: the id is kept in a file beside the checkpoint
 (:func:`wandb_id_path`), not in it, because W&B draws a random id per run and a checkpoint must
-be the same bytes whenever the same run is made again (DVC hashes it: issue 34).
+be the same bytes whenever the same run is made again (DVC hashes it).
 The metrics and the W&B config carry the run's provenance (:mod:`.provenance`: code, libraries,
 machine, threads, profile).
 """
@@ -94,7 +94,7 @@ def saved_wandb_id(checkpoint_path: str | Path, state: Mapping) -> str | None:
 
 def placeless(config: Mapping) -> dict:
     """``config`` without :data:`RUN_FILE_KEYS`: what a checkpoint keeps of its run's config, so
-    that the same run made in another folder or clone writes a byte-identical checkpoint (issue 34)."""
+    that the same run made in another folder or clone writes a byte-identical checkpoint."""
     return {key: value for key, value in config.items() if key not in RUN_FILE_KEYS}
 
 

@@ -6,7 +6,7 @@
 Each batch size runs in a fresh subprocess so the peaks do not mix. On CUDA the peak is
 ``torch.cuda.max_memory_allocated``; on CPU it is the process's peak resident set size
 (``ru_maxrss``), printed beside its increase over the RSS before the batch was created (the
-imported libraries and the model). Target (issue 3): batch 1024 within 1.3x of batch 128. Prints
+imported libraries and the model). Target: batch 1024 within 1.3x of batch 128. Prints
 numbers only; the JSON goes to ``--out`` when given.
 """
 
