@@ -55,8 +55,12 @@ test-reproduce: install ## a fresh clone runs `make reproduce PROFILE=tiny` and 
 test-slurm: install ## the cluster path on a real single-node SLURM started on this host (Debian's slurm-wlm and munge, installed when missing and root; else skipped, saying what to install): sweeps, the pipeline with the SLURM launcher, preemption, a time limit, two SLURM tasks, two jobs in one folder; CI runs it
 	$(PY) -m pytest -s -m slurm tests/slurm
 
-test-kernels: install ## the tests that assert outcomes of training or float arithmetic (marker `outcome`), again on torch's portable CPU kernels and on one thread; CI runs it after `make test`
-	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 $(PY) -m pytest -m "outcome and not slow" $(TEST_DIRS)
+test-kernels: install ## the tests that assert outcomes of training or float arithmetic (marker `outcome`), again in the portable numerics mode (torch's portable kernels, MKL's COMPATIBLE branch, no oneDNN) on one thread; CI runs it after `make test`
+	RAMBO_NUMERICS=portable OMP_NUM_THREADS=1 $(PY) -m pytest -m "outcome and not slow" $(TEST_DIRS)
+
+.PHONY: test-numerics
+test-numerics: install ## a tiny retrieval and a tiny detection run give the same metrics.json bytes under an older CPU's code paths in the portable numerics mode (tests/test_portable_numerics.py, marker `numerics`; about a minute); CI runs it
+	$(PY) -m pytest -m numerics tests/test_portable_numerics.py
 
 $(MMDET_STAMP): environments/mmdet/requirements.txt core/pyproject.toml harness/pyproject.toml detection/pyproject.toml
 	@test -n "$(PYTHON_MMDET)" || { echo "error: the mmdetection environment needs Python 3.10 (mmcv's compiled ops exist for it): install it or set PYTHON_MMDET=/path/to/python3.10"; exit 1; }

@@ -1,6 +1,7 @@
 """Provenance: what made a run, in its metrics.json and W&B config."""
 
 import json
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -10,7 +11,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from rambo.harness import provenance
+from rambo.harness import numerics, provenance
 from rambo.harness.provenance import git_state, machine_label, run_provenance
 from rambo.harness.run import TrainingRun
 
@@ -23,8 +24,8 @@ def test_provenance_names_code_libraries_machine_threads_and_profile():
     assert facts["libraries"]["torch"].split("+")[0] == torch.__version__.split("+")[0]
     assert set(facts["libraries"]) == {"torch", "torchvision", "numpy"}
     assert facts["project"]["rambo-harness"]
-    assert facts["device"]["type"] == "cpu" and facts["device"]["cpu"]
-    assert facts["device"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert facts["device"] == {"type": "cpu", "machine": platform.machine()}  # no CPU model, no instruction set
+    assert facts["numerics"]["mode"] == numerics.mode() and facts["numerics"]["threads"] == torch.get_num_threads()
     json.dumps(facts)  # JSON as it is: it goes into metrics.json and the W&B config
 
 
@@ -112,7 +113,9 @@ def test_launch_facts_name_the_launcher_and_the_processes(monkeypatch):
         "libraries": {"torch": "2.14.1"},
         "launch": {"launcher": "slurm", "processes": 2},
     }
-    assert machine_label(facts) == "Some CPU, CPU kernels AVX2, 1 thread, 2 processes, torch 2.14.1"
+    assert machine_label(facts) == (
+        "native numerics (this CPU's own kernels: another CPU gives another draw), 1 thread, 2 processes, torch 2.14.1"
+    )
 
 
 def test_a_copy_outside_git_or_untracked_in_a_checkout_has_no_commit(tmp_path):
@@ -131,15 +134,21 @@ def test_a_copy_outside_git_or_untracked_in_a_checkout_has_no_commit(tmp_path):
             shutil.rmtree(untracked.parent)
 
 
-def test_machine_label_names_the_kernels_and_threads():
-    facts = {"device": {"cpu": "Some CPU", "cpu_capability": "AVX2"}, "threads": 1, "libraries": {"torch": "2.14.1"}}
-    assert machine_label(facts) == "Some CPU, CPU kernels AVX2, 1 thread, torch 2.14.1"
+def test_machine_label_names_the_numerics_and_threads_never_the_cpu():
+    portable = {"numerics": {"mode": "portable", "threads": 1}, "threads": 1, "libraries": {"torch": "2.14.1"}}
+    assert machine_label(portable) == "portable numerics (the same on every x86-64 CPU), 1 thread, torch 2.14.1"
     gpu = {
-        "device": {"cpu": "Some CPU", "gpu": "NVIDIA H200", "cpu_capability": "AVX512"},
+        "device": {"gpu": "NVIDIA H200"},
+        "numerics": {"mode": "native", "threads": 8},
         "threads": 8,
         "libraries": {"torch": "2.14.1"},
     }
-    assert machine_label(gpu) == "NVIDIA H200, CPU kernels AVX512, 8 threads, torch 2.14.1"
+    assert machine_label(gpu) == (
+        "NVIDIA H200, native numerics (this CPU's own kernels: another CPU gives another draw), 8 threads, torch 2.14.1"
+    )
+    # runs recorded before the numerics mode: their kernels, never their CPU model
+    old = {"device": {"cpu": "Some CPU", "cpu_capability": "DEFAULT"}, "threads": 1, "libraries": {"torch": "2.14.1"}}
+    assert "Some CPU" not in machine_label(old) and "torch's portable kernels" in machine_label(old)
 
 
 def test_every_run_records_its_provenance_in_metrics_json(tmp_path):

@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from rambo.harness.atomic import write_text
+from rambo.harness.numerics import start_command
 from rambo.harness.provenance import machine_label
 from rambo.harness.run import wandb_group
 from rambo.harness.wandb_run import start_run
@@ -334,4 +335,5 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
     main()

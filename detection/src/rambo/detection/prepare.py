@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rambo.harness import data_stage
+from rambo.harness.numerics import start_command
 
 from .backbones import weights_url
 from .download import fetch
@@ -53,4 +54,5 @@ prepare, main = STAGE.prepare, STAGE.main  # prepare(data_dir, datasets, overrid
 
 
 if __name__ == "__main__":
+    start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
     raise SystemExit(main())

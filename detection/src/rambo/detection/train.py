@@ -153,9 +153,9 @@ def train(cfg: DictConfig) -> dict:
     """Train per ``cfg``, evaluate on the test split, write the metrics JSON; returns the metrics."""
     setup = detect_setup()
     init_process_group(setup)
-    set_threads(cfg.threads)
-    seed_everything(cfg.seed)
     device = resolve_device(cfg.device, setup.local_rank)
+    set_threads(cfg.threads, device=device)
+    seed_everything(cfg.seed)
     options = EngineOptions.from_config(cfg, device, setup.is_main)  # the engine's device, autocast, progress bar
     classes = class_names(cfg.data)
     if setup.is_main:

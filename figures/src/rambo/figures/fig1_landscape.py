@@ -14,6 +14,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from rambo.core import exact_rank
+from rambo.harness.numerics import start_command
 
 from .blackbox_interpolation import blackbox_interpolation
 from .figure_style import save_figure, save_numbers
@@ -79,4 +80,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
     print(main())

@@ -15,6 +15,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from rambo.core.metrics import average_precision
+from rambo.harness.numerics import start_command
 
 from .figure_style import OKABE_ITO, save_figure, save_numbers
 from .minibatch_map import minibatch_map_estimates, synthetic_class_scores
@@ -88,4 +89,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
     print(main())

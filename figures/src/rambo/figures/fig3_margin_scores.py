@@ -17,6 +17,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from rambo.harness.numerics import start_command
+
 from .figure_style import NEGATIVE, POSITIVE, save_figure, save_numbers
 from .score_distributions import load_pair_scores, summary
 
@@ -86,4 +88,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
     print(main())

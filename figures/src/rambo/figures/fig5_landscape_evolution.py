@@ -17,6 +17,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from rambo.core import exact_rank
+from rambo.harness.numerics import start_command
 
 from .blackbox_interpolation import blackbox_interpolation
 from .fastap_soft_rank import fastap_soft_rank
@@ -83,4 +84,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
     print(main())

@@ -18,6 +18,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from rambo.core.benchmark import PAPER_TABLE_6
+from rambo.harness.numerics import start_command
 
 from .figure_style import OKABE_ITO, save_figure, save_numbers
 
@@ -135,4 +136,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
     print(main())

@@ -16,6 +16,7 @@ import torch
 
 from rambo.core import exact_rank
 from rambo.harness.atomic import save_torch
+from rambo.harness.numerics import start_command
 
 from .figure_style import save_numbers
 from .sodeep_sorter import SoDeepSorter, sorting_loss, synthetic_sequences
@@ -84,4 +85,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
     print(main())

@@ -1,10 +1,11 @@
 """What made a run: the code (project versions; the commit of the last change to the sources that
-make runs, and whether those sources were edited), the libraries, the machine (CPU model and
-torch's CPU kernel capability, or the GPU), the thread count, how the run was launched (local,
-torchrun or a SLURM job, and its number of processes) and the profile. Every run's ``metrics.json`` and W&B config carry it (:mod:`.run`), and the
-tables name the machines their runs came from: floating-point results differ between CPU kernels
-(``ATEN_CPU_CAPABILITY``: ``default``, ``avx2``, ``avx512``) and thread counts, so a number is only
-fully described with them.
+make runs, and whether those sources were edited), the libraries, the device (the CPU's architecture,
+or the GPU), the numerics mode and the thread count (:mod:`.numerics`), how the run was launched
+(local, torchrun or a SLURM job, and its number of processes) and the profile. Every run's
+``metrics.json`` and W&B config carry it (:mod:`.run`), and the tables name the numerics their runs
+came from: in the portable mode a run gives the same bytes on every x86-64 CPU with the same thread
+count, so the CPU model and its instruction set are not recorded (they would make one result look
+like two); in the native mode the results follow the CPU, and the mode says so.
 
 Nothing here holds a time or a host name: two identical runs on one machine, launched the same
 way, record the same facts. The commit is the last one that changed :data:`SOURCE_FOLDERS`, not the
@@ -23,6 +24,9 @@ from importlib import metadata
 from pathlib import Path
 
 import torch
+
+from .numerics import facts as numerics_facts
+from .numerics import label as numerics_label
 
 DISTRIBUTIONS = ("rambo-core", "rambo-harness", "rambo-retrieval", "rambo-detection")
 LIBRARIES = ("torch", "torchvision", "numpy")
@@ -92,25 +96,9 @@ def launch_facts() -> dict:
     return facts
 
 
-def cpu_model() -> str:
-    """The CPU's marketing name (``/proc/cpuinfo`` on Linux), else what :mod:`platform` says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
 def device_facts(device: torch.device | str | None = None) -> dict:
-    """The CPU (model, architecture, torch's kernel capability) and, for a CUDA device, the GPU."""
-    facts = {
-        "type": "cpu",
-        "cpu": cpu_model(),
-        "machine": platform.machine(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-    }
+    """The CPU's architecture (``x86_64``) and, for a CUDA device, the GPU."""
+    facts = {"type": "cpu", "machine": platform.machine()}
     device = torch.device(device) if device is not None else None
     if device is not None and device.type == "cuda":
         facts.update(type="cuda", gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda)
@@ -118,28 +106,33 @@ def device_facts(device: torch.device | str | None = None) -> dict:
 
 
 def machine_label(provenance: dict) -> str:
-    """One line naming where a run computed, e.g. ``Intel(R) Xeon(R) Processor, CPU kernels AVX512,
-    1 thread, torch 2.14.1``: what the tables list (the commit is left out: the same machine at
-    another commit computes the same)."""
+    """One line naming how a run computed, e.g. ``portable numerics (the same on every x86-64 CPU),
+    1 thread, torch 2.14.1``, or the GPU: what the tables list (the commit is left out: the same
+    numerics at another commit compute the same)."""
     device = provenance.get("device", {})
-    where = device.get("gpu") or device.get("cpu", "unknown CPU")
-    threads = provenance.get("threads")
-    thread_text = f"{threads} thread{'s' if threads != 1 else ''}" if threads is not None else "threads unknown"
+    numerics = provenance.get("numerics") or {
+        # a run made before the numerics mode existed: native, on torch's kernels of its CPU or the portable ones
+        "mode": "native",
+        "threads": provenance.get("threads"),
+        "torch_kernels": str(device.get("cpu_capability", "")).lower() or None,
+    }
+    where = f"{device['gpu']}, " if device.get("gpu") else ""
     torch_version = provenance.get("libraries", {}).get("torch")
     processes = provenance.get("launch", {}).get("processes", 1)
     process_text = f", {processes} processes" if processes != 1 else ""
-    return f"{where}, CPU kernels {device.get('cpu_capability', 'unknown')}, {thread_text}{process_text}, torch {torch_version}"
+    return f"{where}{numerics_label(numerics)}{process_text}, torch {torch_version}"
 
 
 def run_provenance(profile: str | None = None, device: torch.device | str | None = None) -> dict:
-    """Everything above for a run of ``profile`` on ``device`` (the thread count read now: call it
-    after the app set it)."""
+    """Everything above for a run of ``profile`` on ``device`` (the numerics and thread count read
+    now: call it after the app set them, :func:`.runtime.set_threads`)."""
     return {
         "project": {name: _version(name) for name in DISTRIBUTIONS if _version(name) is not None},
         "git": git_state(),
         "libraries": {name: _version(name) for name in LIBRARIES},
         "python": platform.python_version(),
         "device": device_facts(device),
+        "numerics": numerics_facts(),
         "threads": torch.get_num_threads(),
         "launch": launch_facts(),
         "profile": profile,

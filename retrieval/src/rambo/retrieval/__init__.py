@@ -5,4 +5,6 @@ Modules: ``datasets`` (loaders, synthetic set, downloads), ``samplers``, ``model
 ``contrastive_loss`` (baseline).
 """
 
+import rambo.harness  # noqa: F401  (first: it sets the numerics mode before torch and numpy load)
+
 __version__ = "0.1.0"  # equal to pyproject.toml's version (tests/test_packaging.py checks)

@@ -20,6 +20,8 @@ import math
 import numpy as np
 import torch
 
+from rambo.harness import numerics
+from rambo.harness.numerics import start_command
 from rambo.harness.precision import to_channels_last
 from rambo.harness.workers import worker_init
 
@@ -94,15 +96,17 @@ SEARCH_BACKENDS = ("auto", "faiss", "torch")
 
 
 def search_backend(device=None, backend: str = "auto") -> str:
-    """``faiss`` or ``torch``: the exact k-NN search to run. ``auto``: a torch top-k on the device when
-    evaluation runs on a GPU that faiss does not see (faiss-cpu; 23.2 s against 0.12 s at SOP scale on
-    an H200), faiss otherwise (its CPU index, or every GPU with faiss-gpu)."""
+    """``faiss`` or ``torch``: the exact k-NN search to run. ``auto``: on the CPU, a torch top-k in
+    the portable numerics mode (faiss picks AVX2, AVX-512 or AVX-512 SPR code at run time, so its
+    scores follow the CPU: :mod:`rambo.harness.numerics`) and faiss in the native mode; a torch top-k
+    on the device when evaluation runs on a GPU that faiss does not see (faiss-cpu; 23.2 s against
+    0.12 s at SOP scale on an H200), faiss otherwise (every GPU with faiss-gpu)."""
     if backend not in SEARCH_BACKENDS:
         raise ValueError(f"search backend must be one of {SEARCH_BACKENDS}, got {backend!r}")
     if backend != "auto":
         return backend
     if device is None or torch.device(device).type == "cpu":
-        return "faiss"
+        return "torch" if numerics.mode() == "portable" else "faiss"
     return "faiss" if import_faiss().get_num_gpus() > 0 else "torch"
 
 
@@ -346,4 +350,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
     main()

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from rambo.harness.atomic import atomic_path
+from rambo.harness.numerics import start_command
 
 from .checkpoint import load_trained_model
 from .datasets import load_dataset
@@ -87,4 +88,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
     main()

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from rambo.harness import data_stage
 from rambo.harness.config_check import named_on_command_line
+from rambo.harness.numerics import start_command
 
 from .datasets import download, generate_synthetic, load_dataset
 from .model import weights_url
@@ -83,4 +84,5 @@ prepare, main = STAGE.prepare, STAGE.main  # prepare(data_dir, datasets, overrid
 
 
 if __name__ == "__main__":
+    start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
     raise SystemExit(main())

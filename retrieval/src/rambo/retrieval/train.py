@@ -166,7 +166,7 @@ def train(cfg: DictConfig) -> dict:
     options = EngineOptions.from_config(
         cfg, device, setup.is_main
     )  # the engine's device, autocast, channels-last, progress bar
-    set_threads(cfg.threads)
+    set_threads(cfg.threads, device=device)
     seed_everything(cfg.seed)
     skipped: dict[str, int] = {}  # data.skip_unreadable: unreadable images left out, per split
     splits = build_splits(cfg, skipped) if setup.is_main else None  # rank 0 generates the synthetic set, if any
