@@ -18,11 +18,13 @@ DOCS_STAMP := $(DOCS_VENV)/.installed
 # The peers benchmark's environment: .venv's packages (a .pth file) plus torchsort, built from source against .venv's torch.
 PEERS_VENV := .venv-peers
 PEERS_STAMP := $(PEERS_VENV)/.installed
-PROFILE ?= mini
 # The profile params.yaml holds (its `profile:` line): the folder of its results, results/<profile>/.
-PARAMS_PROFILE = $(shell sed -n 's/^profile: *\([^ #]*\).*/\1/p' params.yaml)
+PARAMS_PROFILE := $(shell sed -n 's/^profile: *\([^ #]*\).*/\1/p' params.yaml)
+PROFILE ?= $(PARAMS_PROFILE)
 BENCH_ARGS ?=
-FORCE_PROFILE ?=
+# make reproduce STAGE_TIMES_RECORD=FILE: each stage's seconds as JSON (rambo.ablations.stage_times)
+STAGE_TIMES_RECORD ?=
+MODE ?= portable
 
 .PHONY: help install lint test test-slow test-slurm test-kernels test-mmdet docs bench bench-peers gpu-check gpu-budget memory-plan wandb-report reproduce paper-smoke figures tables
 .DEFAULT_GOAL := help
@@ -56,7 +58,7 @@ test-slurm: install ## the cluster path on a real single-node SLURM started on t
 	$(PY) -m pytest -s -m slurm tests/slurm
 
 test-kernels: install ## the tests that assert outcomes of training or float arithmetic (marker `outcome`), again in the portable numerics mode (torch's portable kernels, MKL's COMPATIBLE branch, no oneDNN) on one thread; CI runs it after `make test`
-	RAMBO_NUMERICS=portable OMP_NUM_THREADS=1 $(PY) -m pytest -m "outcome and not slow" $(TEST_DIRS)
+	RAMBO_NUMERICS=portable GLIBC_TUNABLES=glibc.cpu.hwcaps=-FMA,-FMA4 OMP_NUM_THREADS=1 $(PY) -m pytest -m "outcome and not slow" $(TEST_DIRS)
 
 .PHONY: test-numerics
 test-numerics: install ## a tiny retrieval and a tiny detection run give the same metrics.json bytes under an older CPU's code paths in the portable numerics mode (tests/test_portable_numerics.py, marker `numerics`; about a minute); CI runs it
@@ -109,13 +111,18 @@ gpu-budget: install ## hours per paper experiment on one GPU, from the step time
 memory-plan: install ## GPU memory of every paper experiment's training step and evaluation, measured on this CPU at 2 and 4 images and extrapolated to its batch, beside 16/24/40/80 GB cards: benchmarks/memory_plan.{md,json} (minutes)
 	$(PY) benchmarks/memory_plan.py
 
-reproduce: install ## run the pipeline: PROFILE=mini (default; CPU, synthetic data) or PROFILE=paper (GPUs, real data); FORCE_PROFILE=1 discards local edits of params.yaml
-	$(PY) -m rambo.ablations.set_profile $(PROFILE) $(if $(FORCE_PROFILE),--force)
-	@start=$$(date +%s); PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/dvc repro; status=$$?; \
-	  echo "pipeline finished in $$(( $$(date +%s) - start )) s (exit $$status)"; exit $$status
-	@echo "tables:  results/$(PROFILE)/tables/tables.md (one Markdown and JSON file per table beside it)"
-	@echo "figures: figures/out/$(PROFILE)/"
-	@echo "report:  results/README.md"
+reproduce: install ## run the pipeline of PROFILE (default: the checkout's profile, params.yaml's: mini, CPU, synthetic data; paper: GPUs, real data); another profile runs in its own workspace, build/profiles/<profile>/ (rambo.ablations.workspace), leaving the checkout's files as they are; RAMBO_NUMERICS=native for this CPU's faster kernels (another draw)
+	@if [ "$(PROFILE)" = "$(PARAMS_PROFILE)" ]; then where=.; else where=$$($(PY) -m rambo.ablations.workspace $(PROFILE)) || exit $$?; fi; \
+	  echo "profile $(PROFILE) in $$where, $${RAMBO_NUMERICS:-portable} numerics (rambo.harness.numerics)"; \
+	  start=$$(date +%s); cd "$$where" && PATH="$(abspath $(VENV))/bin:$$PATH" $(abspath $(PY)) -m rambo.ablations.stage_times $(if $(STAGE_TIMES_RECORD),--record $(abspath $(STAGE_TIMES_RECORD))) -- $(abspath $(VENV))/bin/dvc repro; status=$$?; \
+	  echo "pipeline finished in $$(( $$(date +%s) - start )) s (exit $$status)"; \
+	  echo "tables:  $$where/results/$(PROFILE)/tables/tables.md (one Markdown and JSON file per table beside it)"; \
+	  echo "figures: $$where/figures/out/$(PROFILE)/"; \
+	  exit $$status
+
+.PHONY: pipeline-timing
+pipeline-timing: install ## the pipeline timed stage by stage in a fresh clone of HEAD, MODE=native or MODE=portable (every run retrained: as long as a reproduce): benchmarks/pipeline_timing.{json,md}, the modes side by side (rambo.ablations.pipeline_timing)
+	$(PY) -m rambo.ablations.pipeline_timing --mode $(MODE)
 
 paper-smoke: install ## the whole paper DAG (every experiment, table and figure of PROFILE=paper) on this CPU in minutes, fed by stand-in archives of every dataset, in a scratch copy (build/paper-smoke: 4 GB of checkpoints at its end, deleted when it passes); CI runs it
 	$(PY) -m rambo.ablations.paper_smoke

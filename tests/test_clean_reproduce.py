@@ -1,19 +1,21 @@
-"""A committed reproduction reproduces itself: in a fresh clone of HEAD,
-``make reproduce PROFILE=tiny``, and commit everything it wrote (``dvc.lock``, ``params.yaml``,
-``results/tiny/``, ``figures/out/tiny/``), after checking that it left the committed mini results
-(``results/mini/``, ``figures/out/mini/``) as they were and that no committed results file lacks a
-key the first run wrote (:func:`keys_committed_files_lack`); then a fresh clone of *that* commit runs ``make reproduce
-PROFILE=tiny`` again, every run retrained (a clone has no checkpoints: they are git-ignored and
-never in DVC's cache), and ``git status --porcelain`` must be empty and a second ``dvc repro`` must
-run nothing.
+"""One profile's run leaves the checkout's files alone, and a committed reproduction reproduces
+itself. In a fresh clone of HEAD (whose profile is mini), ``make reproduce PROFILE=tiny`` runs in
+tiny's own workspace (``build/profiles/tiny``, :mod:`rambo.ablations.workspace`): ``git status
+--porcelain`` must be empty and nothing staged afterwards. The clone then makes tiny its committed
+profile (``params.yaml``) and commits what the workspace wrote (its ``dvc.lock``, ``results/tiny/``,
+``figures/out/tiny/``), after checking that no committed results file lacks a key the run wrote
+(:func:`keys_committed_files_lack`); a fresh clone of *that* commit runs ``make reproduce`` at its
+root, every run retrained (a clone has no checkpoints: they are git-ignored and never in DVC's
+cache), and ``git status --porcelain`` must be empty and a second ``dvc repro`` must run nothing:
+the workspace made exactly what the checkout makes.
 
 What differs from a user's ``make reproduce`` in a fresh clone, and why:
 
 * the clones have no ``.venv`` of their own: ``make`` is called with ``VENV=<this venv>`` (the one
   running pytest) and ``-o <that venv>/.installed``, so the ``install`` prerequisite is taken as
   done instead of creating a venv per clone (minutes, and the network). The ``reproduce`` recipe
-  itself runs unchanged: ``python -m rambo.ablations.set_profile tiny`` then ``dvc repro`` with the
-  venv first on PATH.
+  itself runs unchanged: the workspace (or the checkout) then ``dvc repro`` with the venv first on
+  PATH.
 * that venv's editable installs point at the checkout it was built in, so ``PYTHONPATH`` puts the
   clone's ``src`` folders (core, harness, retrieval, detection, figures, ablations) first: every run,
   figure and table imports the clone's sources, and its provenance
@@ -88,11 +90,11 @@ def clone(source: str, destination: Path) -> Path:
     return destination
 
 
-def reproduce(clone_dir: Path) -> tuple[str, float]:
-    """``make reproduce PROFILE=tiny`` in ``clone_dir`` with this venv (see the module docstring);
+def reproduce(clone_dir: Path, *profile: str) -> tuple[str, float]:
+    """``make reproduce [PROFILE=...]`` in ``clone_dir`` with this venv (see the module docstring);
     its output and wall time."""
     start = time.monotonic()
-    output = run(["make", "-o", str(VENV / ".installed"), f"VENV={VENV}", "reproduce", "PROFILE=tiny"], clone_dir)
+    output = run(["make", "-o", str(VENV / ".installed"), f"VENV={VENV}", "reproduce", *profile], clone_dir)
     return output, time.monotonic() - start
 
 
@@ -210,11 +212,16 @@ def test_a_committed_tiny_reproduction_reproduces_itself_in_a_fresh_clone(workdi
     first = clone(f"file://{REPO}", workdir / "clone1")
     assert run(["git", "rev-parse", "HEAD"], first).strip() == head
     check_fresh(first)
-    _, first_s = reproduce(first)
-    wrote = run(["git", "status", "--porcelain"], first)
-    assert wrote.strip(), "the first reproduce wrote nothing git sees"
-    others = run(["git", "status", "--porcelain", "--", "results/mini", "figures/out/mini"], first)
-    assert not others.strip(), f"the tiny reproduction changed the mini profile's files:\n{others}"
+    _, first_s = reproduce(first, "PROFILE=tiny")
+    left = run(["git", "status", "--porcelain"], first) + run(["git", "diff", "--cached", "--name-only"], first)
+    assert not left.strip(), f"make reproduce PROFILE=tiny changed or staged the checkout's files:\n{left}"
+    workspace = first / "build" / "profiles" / "tiny"
+    assert (workspace / "results" / "tiny" / "tables" / "tables.md").is_file()
+    # tiny becomes the clone's committed profile, with what its workspace made
+    run([sys.executable, "-m", "rambo.ablations.set_profile", "tiny"], first)
+    shutil.copy2(workspace / "dvc.lock", first / "dvc.lock")
+    for folder in ("results/tiny", "figures/out/tiny"):
+        shutil.copytree(workspace / folder, first / folder, ignore=shutil.ignore_patterns("checkpoints"))
     lacking = keys_committed_files_lack(first)
     assert not lacking, "committed results files lack keys the code writes (regenerate them):\n" + "\n".join(
         f"{name}: {', '.join(keys[:12])}" for name, keys in sorted(lacking.items())[:20]

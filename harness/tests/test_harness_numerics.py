@@ -17,7 +17,14 @@ from rambo.harness import numerics
 CLEAN = {
     k: v
     for k, v in os.environ.items()
-    if k not in (numerics.MODE_VARIABLE, *numerics.PORTABLE_ENVIRONMENT, "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    if k
+    not in (
+        numerics.MODE_VARIABLE,
+        *numerics.PORTABLE_ENVIRONMENT,
+        "GLIBC_TUNABLES",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+    )
 }
 
 READ_BACK = """
@@ -34,20 +41,44 @@ def python(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+def command(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """``python -m rambo.harness.check_numerics``: a project command, as a pipeline stage starts."""
+    return subprocess.run(
+        [sys.executable, "-m", "rambo.harness.check_numerics", *args],
+        env={**CLEAN, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_portable_is_the_default_and_every_setting_is_read_back_from_the_libraries():
-    done = python(READ_BACK)
+    done = command()  # it restarts itself once, so that glibc's loader reads GLIBC_TUNABLES
     assert done.returncode == 0, done.stderr
-    facts = json.loads(done.stdout)
-    assert facts == {
+    assert json.loads(done.stdout) == {
         "mode": "portable",
         "threads": 1,  # no thread count given: 1, whatever the machine's cores
         "torch_kernels": "default",
         "mkl_branch": "COMPATIBLE",
         "onednn": False,
+        "nnpack": False,
+        "libm": "without FMA variants",
         "numpy_dispatch": "baseline",
         "knn_search": "torch",
     }
-    assert json.loads(python(READ_BACK, "2").stdout)["threads"] == 2  # a run's own count is kept, and fixed
+    two = python(READ_BACK, "2", GLIBC_TUNABLES=numerics.GLIBC_TUNABLE)  # set at the start by its parent
+    assert json.loads(two.stdout)["threads"] == 2  # a run's own count is kept, and fixed
+
+
+def test_the_glibc_tunable_is_set_for_every_process_and_a_users_own_tunables_are_kept():
+    code = "import os; import rambo.harness; print(os.environ['GLIBC_TUNABLES'])"
+    assert python(code).stdout.split()[-1] == numerics.GLIBC_TUNABLE  # not a command: set, no restart
+    done = command(GLIBC_TUNABLES="glibc.malloc.check=0")  # a user's own tunables are kept beside it
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["libm"] == "without FMA variants"
+    assert float(python("print(0.9 ** 348)", GLIBC_TUNABLES=numerics.GLIBC_TUNABLE).stdout) == float.fromhex(
+        "0x1.12ee395586fb6p-53"
+    )  # libm's portable pow: the same last bit on every CPU
 
 
 def test_mkl_reports_its_compatible_branch_and_numpy_no_dispatch_in_the_portable_mode():

@@ -9,3 +9,4 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[4]
 ABLATIONS = REPO / "ablations"
+PROFILE_FOLDER = ABLATIONS / "profiles"  # one parameters file per profile

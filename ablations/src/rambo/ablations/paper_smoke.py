@@ -30,10 +30,9 @@ from pathlib import Path
 import yaml
 
 from .checkout import REPO
+from .workspace import sync
 
 BIN = Path(sys.executable).parent
-GENERATED = ("results", "figures/out", "data", "dvc.lock", "params.yaml")  # made by the pipeline, not copied
-KEPT = ("results/draws",)  # under GENERATED but an input: the committed runs of other machines (tables' second draw)
 # What a paper-smoke copy writes: the paper models' finished checkpoints, without optimiser state
 # (16 retrieval ResNet-50s, 99 MB each; 7 Faster R-CNN R50, 166 MB; 2 R101 and 2 X101, 242 MB) and
 # small stand-in data: 3.7 GB measured at the end of a smoke (``disk_gb`` of its summary), plus,
@@ -47,27 +46,11 @@ STAND_IN_WEIGHTS_SUMS = "data/stand-in/SHA256SUMS"  # the profile's --weights-su
 
 
 def copy_repository(destination: Path, profile: str) -> Path:
-    """A copy of the checkout's files (tracked, and untracked but not ignored) without the pipeline's
-    outputs, DVC without git, and ``params.yaml`` of ``profile``."""
-    if shutil.which("git") is None:
-        raise SystemExit("git is needed to list the repository's files")
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout
+    """A fresh workspace of ``profile`` (:mod:`.workspace`): the checkout's files without the
+    pipeline's outputs, DVC without git, and ``params.yaml`` of ``profile``."""
     if destination.exists():
         shutil.rmtree(destination)
-    for name in filter(None, listed.split("\0")):
-        if any(name == g or name.startswith(f"{g}/") for g in GENERATED) and not name.startswith(
-            tuple(f"{k}/" for k in KEPT)
-        ):
-            continue
-        source = REPO / name
-        if source.is_file():
-            (destination / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, destination / name)
-    run([str(BIN / "dvc"), "config", "--local", "core.no_scm", "true"], destination)
-    run([sys.executable, "-m", "rambo.ablations.set_profile", profile], destination)
-    return destination
+    return sync(destination, profile)
 
 
 def run(args: list[str], cwd: Path, echo: bool = False, env: dict | None = None) -> str:

@@ -9,8 +9,15 @@ same bytes on any x86-64 CPU (Intel or AMD, SSE4.2 to AVX-512 and AMX):
 - MKL's ``COMPATIBLE`` branch (``MKL_CBWR=COMPATIBLE``), the one branch Intel documents as giving
   the same results on Intel and compatible processors (``AVX2`` and the other named branches fall
   back to the CPU's own code on processors of other vendors); MKL reads it at its first call;
-- no oneDNN (``torch.backends.mkldnn.enabled = False``): its convolutions choose kernels and
-  blockings by ISA and cache sizes; torch's own convolutions run instead, on MKL's branch above;
+- no oneDNN (``torch.backends.mkldnn.enabled = False``) and no NNPACK
+  (``torch.backends.nnpack.set_flags(False)``): their convolutions choose kernels and blockings by
+  ISA and cache sizes; torch's own convolutions run instead, on MKL's branch above;
+- glibc's maths library without its FMA variants (``GLIBC_TUNABLES=glibc.cpu.hwcaps=-FMA,-FMA4``):
+  libm picks FMA code for ``exp``, ``pow``, ``sin`` ... on CPUs that have it (``0.9 ** 348`` differs
+  in its last bit), and Python's floats, numpy and torch's float64 kernels call it. The dynamic
+  loader reads the variable only when a process starts: a ``python -m rambo.<app>...`` command (or
+  a ``rambo-*`` script) that finds it missing sets it and restarts itself at once, before any work,
+  with the same arguments and process id;
 - numpy's baseline loops (``NPY_DISABLE_CPU_FEATURES``: every optimisation numpy dispatches at run
   time, read once, when numpy loads);
 - a fixed thread count (MKL's reproducibility holds for a fixed number of threads, and torch's
@@ -39,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import platform
 import re
 import sys
 import tempfile
@@ -50,6 +58,11 @@ DEFAULT_MODE = "portable"
 # numpy 2.4's run-time dispatch targets on x86-64 (numpy.__cpu_dispatch__); its baseline
 # (X86_V2: SSE4.2, POPCNT) is compiled in and is the same code on every CPU that runs numpy.
 NUMPY_DISPATCH_TARGETS = ("X86_V3", "X86_V4", "AVX512_ICL", "AVX512_SPR")
+
+GLIBC_TUNABLE = "glibc.cpu.hwcaps=-FMA,-FMA4"
+# What the dynamic loader of this process read (rambo.harness imports this module first).
+_TUNABLES_AT_START = os.environ.get("GLIBC_TUNABLES", "")
+_RESTARTED = "RAMBO_NUMERICS_RESTARTED"  # set across the one restart, so that there is never a second
 
 PORTABLE_ENVIRONMENT = {
     "ATEN_CPU_CAPABILITY": "default",
@@ -81,6 +94,7 @@ def set_environment(env: dict | None = None) -> str:
     ``native``; returns the mode. Values already there are replaced (an ``MKL_CBWR=AVX2`` of the
     shell would make the results follow the CPU). Call it before torch and numpy load; a library
     already loaded keeps what it read, which :func:`require` then reports."""
+    in_process = env is None
     env = os.environ if env is None else env
     try:
         chosen = mode(env)
@@ -88,7 +102,37 @@ def set_environment(env: dict | None = None) -> str:
         return "invalid"  # require() names the problem at the run's start, as one line
     if chosen == "portable":
         env.update(PORTABLE_ENVIRONMENT)
+        tunables = env.get("GLIBC_TUNABLES", "")
+        if GLIBC_TUNABLE not in tunables.split(":"):
+            env["GLIBC_TUNABLES"] = f"{tunables}:{GLIBC_TUNABLE}" if tunables else GLIBC_TUNABLE
+        if in_process and _uses_glibc() and GLIBC_TUNABLE not in _TUNABLES_AT_START.split(":") and _is_rambo_command():
+            _restart()
     return chosen
+
+
+def _uses_glibc() -> bool:
+    return sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+
+
+def _is_rambo_command() -> bool:
+    """Whether this process is a project command that has done nothing yet: ``python -m rambo.<...>``
+    or a ``rambo-*`` console script (their first import is the app package, which imports this
+    module first). Never an interactive session, a test runner or another program."""
+    if os.environ.get(_RESTARTED) or sys.flags.interactive or not getattr(sys, "orig_argv", None):
+        return False
+    argv = sys.orig_argv
+    if "-m" in argv[:-1]:
+        return argv[argv.index("-m") + 1].startswith("rambo.")
+    return os.path.basename(sys.argv[0]).startswith("rambo-")
+
+
+def _restart() -> None:
+    """Start this command again with the environment as it is now (``os.execve``: the same process
+    id, arguments and standard streams), so that the dynamic loader reads ``GLIBC_TUNABLES``."""
+    os.environ[_RESTARTED] = "1"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], os.environ)
 
 
 @contextlib.contextmanager
@@ -162,8 +206,14 @@ def require(threads: int | None = None, device=None) -> dict:
             f"set {MODE_VARIABLE}=native (results are then this machine's draw)"
         )
     torch.backends.mkldnn.enabled = False
+    torch.backends.nnpack.set_flags(False)
     torch.set_num_threads(fixed_threads(threads))
     missing = []
+    if _uses_glibc() and GLIBC_TUNABLE not in _TUNABLES_AT_START.split(":"):
+        missing.append(
+            f"glibc's maths library runs its FMA variants (GLIBC_TUNABLES={GLIBC_TUNABLE} must be set when the "
+            "process starts: a `python -m rambo...` command sets it and restarts itself; export it for any other)"
+        )
     capability = torch.backends.cpu.get_cpu_capability()
     if capability != "DEFAULT":
         missing.append(
@@ -183,6 +233,8 @@ def require(threads: int | None = None, device=None) -> dict:
         missing.append(f"torch computes on {torch.get_num_threads()} threads, not {fixed_threads(threads)}")
     if torch.backends.mkldnn.enabled:
         missing.append("oneDNN is enabled")
+    if torch._C._get_nnpack_enabled():
+        missing.append("NNPACK is enabled")
     active = numpy_dispatch()
     if active:
         missing.append(
@@ -211,6 +263,8 @@ def facts() -> dict:
         "torch_kernels": torch.backends.cpu.get_cpu_capability().lower(),
         "mkl_branch": os.environ.get("MKL_CBWR"),
         "onednn": bool(torch.backends.mkldnn.enabled),
+        "nnpack": bool(torch._C._get_nnpack_enabled()),
+        "libm": "without FMA variants" if GLIBC_TUNABLE in _TUNABLES_AT_START.split(":") else "its own choice",
         "numpy_dispatch": "baseline",
         "knn_search": "torch",
     }
