@@ -33,11 +33,11 @@ def test_the_draws_text_is_out_of_the_tables_stage_hash_and_their_runs_are_in():
     to read, so an edit of them leaves ``dvc.lock`` as it is; what the stage reads stays in."""
     text = [
         "results/draws/README.md",
-        "results/draws/portable-kernels/claims.md",
-        "results/draws/portable-kernels/tables.md",
+        "results/draws/native/claims.md",
+        "results/draws/native/tables.md",
     ]
     read = [
-        "results/draws/portable-kernels/runs/retrieval/synthetic_log/seed0/metrics.json",
-        "results/draws/portable-kernels/fig2_minibatch_map.json",
+        "results/draws/native/runs/retrieval/synthetic_log/seed0/metrics.json",
+        "results/draws/native/fig2_minibatch_map.json",
     ]
     assert dvc_ignores(text + read) == set(text)

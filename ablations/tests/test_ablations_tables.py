@@ -31,9 +31,10 @@ def fill_runs(runs: Path, run_map: dict, seeds, value=lambda key, seed: 0.5 + 0.
             write_run(runs, key.split("/")[0], experiment, seed, value(key, seed), provenance)
 
 
-def machine(capability, threads=1):
+def machine(mode, threads=1):
     return {
-        "device": {"cpu": "Test CPU", "cpu_capability": capability},
+        "device": {"type": "cpu", "machine": "x86_64"},
+        "numerics": {"mode": mode, "threads": threads},
         "threads": threads,
         "libraries": {"torch": "2.14.1"},
     }
@@ -67,7 +68,7 @@ def test_tables_have_mean_std_and_paper_numbers(tmp_path):
 
 def test_tables_name_their_machines_and_the_claims_compare_a_second_draw(tmp_path):
     """Where the runs came from, and which verdicts another draw (other kernels) keeps."""
-    draw = {"runs": str(tmp_path / "draw" / "runs"), "label": "portable kernels"}
+    draw = {"runs": str(tmp_path / "draw" / "runs"), "label": "native numerics"}
     params = {"profile": "mini", "seeds": [0, 1, 2], "tables": {"runs": MINI_RUNS, "second_draw": draw}}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     # First draw: RaMBO clearly above contrastive, the no-margin row a little below RaMBO with noise.
@@ -80,7 +81,7 @@ def test_tables_name_their_machines_and_the_claims_compare_a_second_draw(tmp_pat
         MINI_RUNS,
         [0, 1, 2],
         lambda key, seed: first.get(key, [0.6, 0.62, 0.7])[seed],
-        provenance=machine("AVX512"),
+        provenance=machine("portable"),
     )
     # Second draw: the same except the no-margin row, now consistently below: that verdict moves.
     second = {**first, "retrieval/sop/rambo_recall-no_margin": [0.55, 0.57, 0.65]}
@@ -89,14 +90,14 @@ def test_tables_name_their_machines_and_the_claims_compare_a_second_draw(tmp_pat
         MINI_RUNS,
         [0, 1, 2],
         lambda key, seed: second.get(key, [0.6, 0.62, 0.7])[seed],
-        provenance=machine("DEFAULT"),
+        provenance=machine("native"),
     )
     out = tmp_path / "out"
     tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(out)])
     text = (out / "tables.md").read_text()
     assert (
-        f"Runs made on: Test CPU, CPU kernels AVX512, 1 thread, torch 2.14.1 ({3 * len(set(MINI_RUNS.values()))} runs)."
-        in text
+        "Runs made with: portable numerics (the same on every x86-64 CPU), 1 thread, torch 2.14.1 "
+        f"({3 * len(set(MINI_RUNS.values()))} runs)." in text
     )
     claims = json.loads((out / "claims.json").read_text())
     by_text = {row["claim"]: row for row in claims["claims"]}
@@ -104,9 +105,9 @@ def test_tables_name_their_machines_and_the_claims_compare_a_second_draw(tmp_pat
     assert contrastive["verdict"] == "holds" and contrastive["second_draw"]["same_verdict"]
     assert margin["verdict"] == "not resolved" and margin["second_draw"]["verdict"] == "holds"
     assert not margin["second_draw"]["same_verdict"]
-    assert "DEFAULT" in claims["second_draw"]["machines"]
+    assert "native numerics" in claims["second_draw"]["machines"]
     markdown = (out / "claims.md").read_text()
-    assert "Second draw (portable kernels): Runs made on: Test CPU, CPU kernels DEFAULT" in markdown
+    assert "Second draw (native numerics): Runs made with: native numerics (this CPU's own kernels" in markdown
     assert "same verdict in both draws?" in markdown
     row = next(line for line in markdown.splitlines() if line.startswith(f"| {CLAIMS[1].text}"))
     assert row.endswith("holds | no |")

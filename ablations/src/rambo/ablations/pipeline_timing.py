@@ -7,7 +7,8 @@ with this environment's ``.venv`` (the clone's own sources first on ``PYTHONPATH
 tests/test_clean_reproduce.py does), times each DVC stage (:mod:`.stage_times`), then runs ``git
 status --porcelain`` in the clone: empty when the clone wrote exactly the committed results. It adds
 the mode's measurement to ``benchmarks/pipeline_timing.json`` (date, machine, commit, seconds per
-stage and per kind of stage, git status) and rewrites ``benchmarks/pipeline_timing.md``, the
+stage, from its start to the next stage's, DVC's checks between them included, and per kind of
+stage, git status) and rewrites ``benchmarks/pipeline_timing.md``, the
 side-by-side table the documentation includes. Measure the two modes back to back on an idle
 machine: the table compares seconds of different calls.
 
@@ -126,7 +127,7 @@ def markdown(measurements: dict) -> str:
     for kind, _ in KINDS:
         lines.append(row(kind, [measurements[m]["kinds"].get(kind) for m in modes]))
     outside = [measurements[m]["seconds"] - sum(measurements[m]["kinds"].values()) for m in modes]
-    lines.append(row("DVC's own time between and around stages", outside))
+    lines.append(row("DVC's start before the first stage", outside))
     lines.append(row("**pipeline**", [measurements[m]["seconds"] for m in modes]))
     lines += ["", "<details><summary>Every stage</summary>", "", header, rule]
     stages = sorted({s for m in modes for s in measurements[m]["stages"]}, key=lambda s: (kind_of(s), s))

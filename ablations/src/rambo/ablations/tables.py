@@ -10,9 +10,10 @@ writes ``<out>/<table>.md`` and ``<out>/<table>.json`` for every table of ``pape
 ``<out>/tables.md`` with all of them, ``<out>/claims.{md,json}`` (the paper's qualitative claims,
 paired by seed with 95% intervals: :mod:`claims`; ``--figure2`` adds Fig. 2's bias claims) and
 ``<out>/summary.json``; ``--plots DIR`` the plot data of ``dvc plots show`` (:mod:`plots`). The
-tables and the claims name the machines their runs came from (each
-run's ``provenance``: :mod:`rambo.harness.provenance`). A profile's ``tables.second_draw`` (the
-same runs made again on other CPU kernels or thread counts, committed under ``results/draws/``)
+tables and the claims name the numerics their runs were made with (each run's ``provenance``:
+:mod:`rambo.harness.provenance`; the mode, never the CPU model). A profile's ``tables.second_draw``
+(the same runs made again with other arithmetic, the native numerics mode, committed under
+``results/draws/``)
 adds a column to the claims: the verdict on that draw, and whether it is the same. With
 ``--wandb-mode`` other than ``disabled``, an aggregate W&B run mirrors the tables (the files stay the
 primary copy). A cell the profile does not run says so and names the profile; a cell whose runs are
@@ -88,11 +89,13 @@ def run_machines(runs: Path, run_map: dict, seeds: list[int]) -> dict[str, int]:
 
 
 def machines_text(machines: dict[str, int]) -> str:
-    """``Runs made on: <label> (24 runs); <label> (3 runs).``"""
+    """``Runs made with: <label> (24 runs); <label> (3 runs).``"""
     if not machines:
-        return "Runs made on: no run read."
+        return "Runs made with: no run read."
     return (
-        "Runs made on: " + "; ".join(f"{label} ({n} run{'s' if n != 1 else ''})" for label, n in machines.items()) + "."
+        "Runs made with: "
+        + "; ".join(f"{label} ({n} run{'s' if n != 1 else ''})" for label, n in machines.items())
+        + "."
     )
 
 
