@@ -170,14 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"stand-in weights: {', '.join(w.name for w in stand_in_weights)} in {torch_home}", flush=True)
     # The smoke checks the DAG's shape on stand-in data, whose numbers mean nothing: it runs the fast
     # native kernels unless RAMBO_NUMERICS says otherwise (the portable mode's own check is make test-numerics).
-    numerics = os.environ.get("RAMBO_NUMERICS", "native")
-    print(f"numerics mode of the smoke's runs: {numerics}", flush=True)
-    first = run(
-        [str(BIN / "dvc"), "repro"], repo, echo=True, env={"TORCH_HOME": str(torch_home), "RAMBO_NUMERICS": numerics}
-    )
+    env = {"TORCH_HOME": str(torch_home), "RAMBO_NUMERICS": os.environ.get("RAMBO_NUMERICS", "native")}
+    print(f"numerics mode of the smoke's runs: {env['RAMBO_NUMERICS']}", flush=True)
+    first = run([str(BIN / "dvc"), "repro"], repo, echo=True, env=env)
     seconds = time.monotonic() - started
     stages = re.findall(r"Running stage '([^']+)'", first)
-    second = run([str(BIN / "dvc"), "repro"], repo, env={"TORCH_HOME": str(torch_home), "RAMBO_NUMERICS": numerics})
+    second = run([str(BIN / "dvc"), "repro"], repo, env=env)
     rerun = re.findall(r"Running stage '([^']+)'", second)
     filled, missing = filled_cells(repo)
     # the data stages' weights check ran on every stand-in (its line per file checked)
