@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from rambo.core import APLoss, EmbeddingMemory, MAPLoss, RecallLoss, RowMemory, ScoreMemory, pairwise_scores
+from rambo.core.pairwise import unit_rows
 
 
 class ShapeSpy(torch.nn.Module):
@@ -171,9 +172,9 @@ def _reference_inputs(kind, window, scores, relevant):
     batch_scores, batch_relevant = pairwise_scores(embeddings, labels)
     if not window:
         return batch_scores, batch_relevant
-    memory = torch.cat([torch.nn.functional.normalize(e, dim=1) for e, _ in window])
+    memory = torch.cat([unit_rows(e) for e, _ in window])
     memory_labels = torch.cat([l for _, l in window])
-    unit = torch.nn.functional.normalize(embeddings, dim=1)
+    unit = unit_rows(embeddings)
     return (
         torch.cat([batch_scores, unit @ memory.T], 1),
         torch.cat([batch_relevant, labels[:, None] == memory_labels[None]], 1),

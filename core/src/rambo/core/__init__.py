@@ -17,6 +17,7 @@ Public API::
     rank_items(scores, index, lam)             rank(scores, lam)[index], backward re-ranking only the moved items
     scale_gradient(tensor, factor)             weight a rank loss without changing its lambda
     pairwise_scores(embeddings, labels)        [B, B-1] cosine scores and relevance
+    unit_rows(embeddings)                      rows of unit length, at any scale (zero rows stay zero)
     rambo.core.distributed                     global_batch, gather_with_grad: the global batch under DDP
     rambo.core.metrics                         average_precision, recall_at_k, map_at_r, r_precision
 """
@@ -31,7 +32,7 @@ from .gradient_scale import scale_gradient
 from .item_ranking import rank_items
 from .map_loss import APCLoss, MAPLoss
 from .margin import shift_by_margin
-from .pairwise import pairwise_scores
+from .pairwise import pairwise_scores, unit_rows
 from .rank_loss import RankLoss
 from .ranking import exact_rank, rank, rank_within_relevant
 from .recall_at_k_surrogate import RecallAtKSurrogate
@@ -60,6 +61,7 @@ __all__ = [
     "exact_rank",
     "metrics",
     "pairwise_scores",
+    "unit_rows",
     "rank",
     "rank_items",
     "rank_within_relevant",

@@ -35,9 +35,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from .benchmark import synchronize
+from .pairwise import unit_rows
 from .peak_memory import peak_bytes_above
 
 DIM, PER_CLASS, TAU, SOP_TRAIN_CLASSES = 512, 4, 3, 11318
@@ -96,7 +96,7 @@ def _embedding_memory(loss, remembered, device):
 
     memory = EmbeddingMemory(loss, TAU).train()
     for embeddings, labels in remembered:
-        memory.remember(F.normalize(embeddings, dim=1), labels)
+        memory.remember(unit_rows(embeddings), labels)
     state = memory.get_extra_state()
     return memory, lambda: memory.set_extra_state(state)
 

@@ -21,11 +21,10 @@ its own batches).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .distributed import global_batch
 from .loss_path import host_checks
-from .pairwise import check_labels, pairwise_scores
+from .pairwise import check_labels, pairwise_scores, unit_rows
 from .score_memory import _BatchMemory
 
 
@@ -90,7 +89,7 @@ class EmbeddingLoss(_BatchMemory):
         """The scores and relevance that the wrapped loss receives (no gathering, no memory update):
         ``[B, B - 1 + M]`` for the batch against itself and the memory, ``[B, R]`` against a reference set."""
         if ref_embeddings is not None:
-            unit, ref_unit = F.normalize(embeddings, dim=1), F.normalize(ref_embeddings, dim=1)
+            unit, ref_unit = unit_rows(embeddings), unit_rows(ref_embeddings)
             return unit @ ref_unit.transpose(0, 1), labels.unsqueeze(1) == ref_labels.unsqueeze(0)
         scores, relevant = pairwise_scores(embeddings, labels)
         held = self.held()
@@ -104,7 +103,7 @@ class EmbeddingLoss(_BatchMemory):
             )
         # a copy: the product saves it for the backward pass, and the next batch overwrites the memory
         memory = memory.to(embeddings.device, embeddings.dtype, copy=True)
-        unit = F.normalize(embeddings, dim=1)
+        unit = unit_rows(embeddings)
         scores = torch.cat([scores, unit @ memory.transpose(0, 1)], dim=1)
         relevant = torch.cat([relevant, labels.unsqueeze(1) == memory_labels.to(labels.device).unsqueeze(0)], dim=1)
         return scores, relevant
@@ -141,7 +140,7 @@ class EmbeddingLoss(_BatchMemory):
                 )
         value = self.loss(*self.scores_and_relevance(embeddings, labels, ref_embeddings, ref_labels))
         if ref_embeddings is None:
-            self.remember(F.normalize(embeddings.detach(), dim=1), labels)
+            self.remember(unit_rows(embeddings.detach()), labels)
         return value
 
     def extra_repr(self) -> str:

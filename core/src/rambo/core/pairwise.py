@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .loss_path import host_checks
 from .validation import check_scores
@@ -13,6 +12,30 @@ def off_diagonal(matrix: torch.Tensor) -> torch.Tensor:
     """``[B, B]`` -> ``[B, B-1]``: each row without its diagonal entry, order otherwise kept."""
     b = matrix.shape[0]
     return matrix.flatten()[1:].view(b - 1, b + 1)[:, :-1].reshape(b, b - 1)
+
+
+def unit_rows(embeddings: torch.Tensor) -> torch.Tensor:
+    """Each row of ``embeddings [B, D]`` scaled to unit length: the cosine similarity's normalisation
+    (paper Sec. 5.1), ``x / ||x||``, computed so that it cannot overflow or underflow.
+
+    Each row is first divided by its largest magnitude (a constant of the backward pass: the
+    direction does not depend on it, so the gradient is still exactly that of ``x / ||x||``), then
+    by its norm, which then lies in ``[1, sqrt(D)]``: rows near the float's largest value (1e30 in
+    float32, whose squares overflow) and rows far below ``F.normalize``'s ``eps`` (which it would
+    return unscaled, not of unit length) both come out of unit length.
+
+    A row of zeros has no direction: it stays zero (its cosine scores are 0), and the gradient that
+    reaches it is the gradient of its unit vector unchanged (the Jacobian is the identity, operator
+    norm 1), where ``F.normalize`` multiplies it by ``1 / eps = 1e12``.
+
+    Half-precision rows (float16, bfloat16) are normalised in float32, as autocast runs
+    ``F.normalize``, and returned in their own dtype.
+    """
+    rows = embeddings.float() if embeddings.dtype in (torch.float16, torch.bfloat16) else embeddings
+    scale = rows.detach().abs().amax(dim=1, keepdim=True)
+    scaled = rows / torch.where(scale > 0, scale, torch.ones_like(scale))
+    squares = (scaled * scaled).sum(dim=1, keepdim=True)  # >= 1 for a non-zero row, 0 for a zero row
+    return (scaled / torch.where(squares > 0, squares, torch.ones_like(squares)).sqrt()).to(embeddings.dtype)
 
 
 def check_labels(
@@ -50,7 +73,7 @@ def pairwise_scores(embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[tor
     check_labels(embeddings, labels, finite=host_checks(embeddings))
     if embeddings.shape[0] < 2:
         raise ValueError("pairwise_scores needs a batch of at least 2 elements")
-    unit = F.normalize(embeddings, dim=1)
+    unit = unit_rows(embeddings)
     scores = unit @ unit.transpose(0, 1)
     relevant = labels.unsqueeze(1) == labels.unsqueeze(0)
     return off_diagonal(scores), off_diagonal(relevant)

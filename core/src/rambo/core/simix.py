@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .distributed import global_batch
-from .pairwise import check_labels
+from .pairwise import check_labels, unit_rows
 from .validation import check_integer
 
 
@@ -59,7 +58,7 @@ class SiMix(torch.nn.Module):
         """``(scores [B+M, B+M], relevant, valid)`` of the batch extended by M mixed items."""
         check_labels(embeddings, labels)
         b = embeddings.shape[0]
-        unit = F.normalize(embeddings, dim=1)
+        unit = unit_rows(embeddings)
         pairs = (labels.unsqueeze(1) == labels.unsqueeze(0)).triu(diagonal=1).nonzero()  # [num_pairs, 2], a < b
         sources = torch.stack([torch.arange(b, device=labels.device)] * 2, dim=1)  # originals: (i, i)
         items, item_labels = unit, labels

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from rambo.core.distributed import global_batch
-from rambo.core.pairwise import check_labels
+from rambo.core.pairwise import check_labels, unit_rows
 
 
 class ContrastiveLoss(torch.nn.Module):
@@ -36,7 +36,7 @@ class ContrastiveLoss(torch.nn.Module):
         check_labels(embeddings, labels)
         if self.global_batch:  # under several processes: the pairs of the global batch (rambo.core.distributed)
             embeddings, labels = global_batch(embeddings, labels)
-        unit = F.normalize(embeddings, dim=1)
+        unit = unit_rows(embeddings)
         # d^2 = 2 - 2 cos; the clamp keeps sqrt differentiable at d = 0 (duplicates, i == j).
         squared = (2.0 - 2.0 * unit @ unit.transpose(0, 1)).clamp(min=1e-12)
         same = labels[:, None] == labels[None, :]

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rambo.core.pairwise import unit_rows
 from rambo.harness.atomic import atomic_path
 from rambo.harness.numerics import start_command
 
@@ -54,7 +55,7 @@ def export(checkpoint: Path, out_dir: Path, max_queries: int = 1000, top_k: int 
     chosen = torch.randperm(query_all.shape[0], generator=generator)[:max_queries].sort().values
     query, query_labels = query_all[chosen], query_labels_all[chosen]
 
-    scores = torch.nn.functional.normalize(query, dim=1) @ torch.nn.functional.normalize(gallery, dim=1).T
+    scores = unit_rows(query) @ unit_rows(gallery).T
     relevant = query_labels.unsqueeze(1) == gallery_labels.unsqueeze(0)
     keep = torch.ones_like(relevant)
     if query_set is gallery_set:

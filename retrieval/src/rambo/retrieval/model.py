@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 import torchvision
 
+from rambo.core.pairwise import unit_rows
 from rambo.harness.pretrained import find_weights
 
 # Names of the ImageNet weights that torchvision's hub cache stores (torchvision.models.*_Weights).
@@ -124,7 +124,7 @@ class EmbeddingNet(torch.nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"images must be [batch, 3, height, width], got shape {tuple(images.shape)}")
-        return F.normalize(self.embedding(self.backbone(images)), dim=1)
+        return unit_rows(self.embedding(self.backbone(images)))
 
     def parameter_groups(self, lr: float, embedding_lr_multiplier: float = 10.0) -> list[dict]:
         """Optimizer groups: the backbone at ``lr``, the new embedding layer at a higher rate
