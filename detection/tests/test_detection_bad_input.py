@@ -45,3 +45,57 @@ def test_a_voc_row_without_its_dataset_names_the_folder_and_the_download(tmp_pat
         "(it prints the manual steps without a network)\n"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_batch_larger_than_the_training_images_names_the_largest_that_fits(tmp_path):
+    """Before the set is generated its size is the profile's ``data.generate.trainval``; once on
+    disk, its image set file's lines, capped by ``data.max_train_images``."""
+    done = train(tmp_path, "schedule.batch_size=100000", f"data_dir={tmp_path / 'data'}")
+    assert done.returncode == 2
+    assert done.stderr == (
+        "error: schedule.batch_size=100000: more than the 160 training images (data.train_set=trainval), so every "
+        "batch would repeat images to fill itself; the largest that fits is schedule.batch_size=160\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+    root = tmp_path / "mine"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rambo.detection.synthetic",
+            str(root),
+            "--trainval",
+            "12",
+            "--test",
+            "4",
+            "--size",
+            "56",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    before = {path: path.read_bytes() for path in root.rglob("*") if path.is_file()}
+    done = train(tmp_path, f"data.root={root}", "schedule.batch_size=11", "data.max_train_images=10")
+    assert done.returncode == 2
+    assert done.stderr == (
+        "error: schedule.batch_size=11: more than the 10 training images (data.train_set=trainval, "
+        "data.max_train_images=10), so every batch would repeat images to fill itself; the largest that fits is "
+        "schedule.batch_size=10\n"
+    )
+    assert {path: path.read_bytes() for path in root.rglob("*") if path.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_the_synthetic_set_command_refuses_counts_and_sizes_in_one_line_each(tmp_path):
+    command = [sys.executable, "-m", "rambo.detection.synthetic", str(tmp_path / "set"), "--test", "0", "--size", "32"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr == "error: --test 0: must be at least 1\nerror: --size 32: must be at least 56\n"
+    assert list(tmp_path.iterdir()) == []
+    done = train(tmp_path, "data.generate.size=32", f"data_dir={tmp_path / 'data'}")
+    assert (done.returncode, done.stderr) == (
+        2,
+        "error: data.generate.size=32: must be an integer >= 56 (the generated images' side in pixels)\n",
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -1,9 +1,9 @@
 """The detection run's config checked before anything is created (:mod:`rambo.harness.config_check`).
 
 :func:`problems` is what ``configs/train.yaml`` names under ``hydra.callbacks``: every numeric
-option and its range, the choices of the string options, and the paths that must exist: the VOC
+option and its range, the choices of the string options, the paths that must exist: the VOC
 folders (a ``data.root`` given on the command line is read, never generated into) and
-``init_checkpoint``.
+``init_checkpoint``, and a training batch no larger than the training images.
 """
 
 from __future__ import annotations
@@ -19,9 +19,13 @@ from rambo.harness.config_check import (
     bound_problems,
     choice_problems,
     named_on_command_line,
+    select,
     task_overrides,
     without_derived,
 )
+
+from .synthetic import DIFFICULT_SIDE
+from .voc import read_image_set
 
 BOUNDS = (
     Bound("schedule.epochs", 0, integer=True, meaning="training epochs; 0 evaluates the starting weights"),
@@ -43,7 +47,7 @@ BOUNDS = (
     Bound("data.max_test_images", 1, integer=True, optional=True),
     Bound("data.generate.trainval", 1, integer=True),
     Bound("data.generate.test", 1, integer=True),
-    Bound("data.generate.size", 1, integer=True),
+    Bound("data.generate.size", 4 * DIFFICULT_SIDE, integer=True, meaning="the generated images' side in pixels"),
 )
 CHOICES = {
     "resume": (False, True, "auto"),
@@ -88,6 +92,42 @@ def data_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
     return []
 
 
+def training_images(cfg: DictConfig, overrides: list[str]) -> int | None:
+    """How many images a training epoch draws from: the image set of every training root (the
+    generated set's ``data.generate.trainval`` while it is not on disk yet), at most
+    ``data.max_train_images``; None when the folders are not readable (:func:`data_problems` says why)."""
+    data = cfg.data
+    try:
+        count = sum(len(read_image_set(root, data.train_set)) for root in data.train_roots)
+    except (ValueError, OSError):
+        if not (data.get("generate") and not named_on_command_line("data.root", overrides)):
+            return None
+        count = int(data.generate.trainval)
+    cap = data.get("max_train_images")
+    return count if cap is None else min(count, int(cap))
+
+
+def batch_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
+    """``schedule.batch_size`` against the training images: a batch larger than the training set
+    would be filled by repeating its images (:class:`.group_sampler.GroupedBatchSampler` pads a
+    group to a full batch), every step a pass over the set many times over."""
+    batch = select(cfg, "schedule.batch_size", None)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        return []  # the bound says why
+    count = training_images(cfg, overrides)
+    if count is None or batch <= count:
+        return []
+    capped = cfg.data.get("max_train_images")
+    source = f"data.train_set={cfg.data.train_set}" + (f", data.max_train_images={capped}" if capped else "")
+    return [
+        Problem(
+            "schedule.batch_size",
+            f"schedule.batch_size={batch}: more than the {count} training images ({source}), so every batch "
+            f"would repeat images to fill itself; the largest that fits is schedule.batch_size={count}",
+        )
+    ]
+
+
 def checkpoint_problems(cfg: DictConfig) -> list[Problem]:
     """``init_checkpoint``, when set, must be a file."""
     path = cfg.get("init_checkpoint")
@@ -105,4 +145,6 @@ def checkpoint_problems(cfg: DictConfig) -> list[Problem]:
 def problems(cfg: DictConfig) -> list[Problem]:
     """Every problem of the composed run config ``cfg`` (with or without its ``hydra`` node)."""
     found = without_derived(cfg, bound_problems(cfg, BOUNDS) + choice_problems(cfg, CHOICES))
-    return found + data_problems(cfg, task_overrides(cfg)) + checkpoint_problems(cfg)
+    overrides = task_overrides(cfg)
+    folders = data_problems(cfg, overrides)
+    return found + folders + (batch_problems(cfg, overrides) if not folders else []) + checkpoint_problems(cfg)

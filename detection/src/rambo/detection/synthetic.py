@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
@@ -264,6 +265,19 @@ def main(argv=None) -> int:
     parser.add_argument("--test", type=int, default=80, help="number of test images")
     parser.add_argument("--size", type=int, default=96, help="image side in pixels")
     args = parser.parse_args(argv)
+    problems = [
+        f"--{name} {value}: must be at least {least}"
+        for name, value, least in (
+            ("trainval", args.trainval, 1),
+            ("test", args.test, 1),
+            ("size", args.size, 4 * DIFFICULT_SIDE),
+        )
+        if value < least
+    ]
+    for problem in problems:  # nothing written yet
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        return 2
     print(generate(args.root, args.seed, args.trainval, args.test, args.size))
     return 0
 
