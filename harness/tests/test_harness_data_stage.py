@@ -172,3 +172,39 @@ def test_a_pretrained_row_of_a_backbone_without_weights_is_named(tmp_path, capsy
     stage, _, _ = app_with_rows(tmp_path / "configs")
     assert stage.main(["--data-dir", "/d", "--data", "a", "--rows", "row_small", "--", "model.pretrained=true"]) == 1
     assert capsys.readouterr().err.startswith("error: row row_small: no ImageNet weights for backbone 'small'")
+
+
+@pytest.mark.parametrize(
+    "app, option, line",
+    [
+        (
+            "retrieval",
+            "batch_size=7",
+            "row synthetic_log: batch_size=7: must be a multiple of data.sampler.samples_per_class=4 (a batch is "
+            "classes x 4 images), e.g. batch_size=4 or 8",
+        ),
+        ("detection", "schedule.lr=0", "row mini_ce: schedule.lr=0: must be a number > 0 (learning rate)"),
+    ],
+)
+def test_a_value_the_runs_would_refuse_stops_the_data_stage_before_any_dataset(tmp_path, app, option, line):
+    """The data stage runs each row's own config check (every seed of params.yaml): the pipeline
+    stops there, before DVC removes a training stage's outputs; nothing is written."""
+    import shutil
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copy(repo / "params.yaml", tmp_path / "params.yaml")
+    params = (tmp_path / "params.yaml").read_text().replace("seeds: 0,1,2 ", "seeds: 0,-1,2 ")
+    (tmp_path / "params.yaml").write_text(params)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    command = [sys.executable, "-m", f"rambo.{app}.prepare", "--data-dir", "data", "--rows-from", "params.yaml"]
+    done = subprocess.run(
+        [*command, "--data", "synthetic", "--", option], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert f"error: params.yaml: {line}" in lines
+    assert f"error: params.yaml: {line.split(':')[0]}: seed=-1: must be an integer >= 0" in lines
+    assert all(text.startswith("error: params.yaml: row ") for text in lines)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -49,6 +49,7 @@ STAGE = data_stage.DataStage(
     prepare_one,
     task="detection",
     weights_url=weights_url,
+    checker="rambo.detection.config_check:problems",
 )
 prepare, main = STAGE.prepare, STAGE.main  # prepare(data_dir, datasets, overrides=(), source=Source()); main(argv=None)
 

@@ -35,6 +35,8 @@ from .extract import ArchiveError
 from .pretrained import weights_location
 from .weights import WeightsError, WeightsFile, check_weights, read_sha256sums
 
+MADE_LATER = ("data.root", "init_checkpoint")  # files of the pipeline's own stages, absent before them
+
 
 class PrepareError(RuntimeError):
     """A dataset cannot be prepared as asked (e.g. a real dataset under a profile that generates data)."""
@@ -81,6 +83,13 @@ def rows_of_params(path: str | Path, task: str) -> list[str]:
     return list(dict.fromkeys([*node["experiments"], *(node.get("ablations") or []), *warm_starts]))
 
 
+def seeds_of_params(path: str | Path) -> list[str]:
+    """The seeds a pipeline's params file sweeps (its ``seeds``, a comma list: ``0,1,2``); none
+    when it holds another Hydra sweep (``range(3)``), which the runs expand themselves."""
+    seeds = str(OmegaConf.to_container(OmegaConf.load(path)).get("seeds", ""))
+    return [] if "(" in seeds or not seeds.strip() else [seed.strip() for seed in seeds.split(",")]
+
+
 @dataclass(frozen=True)
 class DataStage:
     """One app's data stage: its ``prepare`` (a function) and ``main`` (its command line).
@@ -100,6 +109,7 @@ class DataStage:
     # (name, data config, overrides) -> one line per image that cannot be read; None: the app reads no images here
     unreadable: Callable[[str, object, Sequence[str]], list[str]] | None = None
     weights_url: Callable[[str], str] | None = None  # backbone -> the official URL of its ImageNet weights
+    checker: str | None = None  # the app's config check, ``package.module:problems`` (what its train.yaml names)
 
     def prepare(
         self, data_dir: str | Path, names: Sequence[str], overrides: Sequence[str] = (), source: Source = Source()
@@ -141,6 +151,42 @@ class DataStage:
             key = (model.backbone, weights_location(url, model.get("weights_path")))
             needed.setdefault(key, (url, []))[1].append(row)
         return [WeightsFile(backbone, url, path, tuple(names)) for (backbone, path), (url, names) in needed.items()]
+
+    def row_problems(
+        self,
+        rows: Sequence[str],
+        overrides: Sequence[str] = (),
+        data_dir: str | Path = "data",
+        seeds: Sequence[str] = (),
+    ) -> list[str]:
+        """Every problem the app's own config check (``checker``) finds in ``rows``, each composed as
+        its runs compose it (``experiment=<row>``, ``data_dir``, ``overrides``, each of ``seeds``):
+        one line per problem, naming the row. The pipeline runs this before any dataset, so a value
+        the runs would refuse stops ``dvc repro`` at the data stage, before DVC removes a training
+        stage's outputs to rerun it. What the pipeline itself makes later (``data.root``,
+        ``init_checkpoint``) is left to the runs' own check."""
+        if self.checker is None:
+            return []
+        from hydra.errors import HydraException
+
+        from .config_check import load_checker
+
+        check, lines = load_checker(self.checker), []
+        with initialize_config_dir(str(self.config_dir), version_base="1.3"):
+            for row in rows:
+                found: list[str] = []
+                for seed in seeds or [None]:
+                    chosen = [f"experiment={row}", f"data_dir={data_dir}", *overrides, "output_dir=unused"]
+                    chosen += [] if seed is None else [f"seed={seed}"]
+                    try:
+                        problems = [
+                            str(p) for p in check(compose("train", overrides=chosen)) if p.key not in MADE_LATER
+                        ]
+                    except HydraException as error:  # an override Hydra cannot apply
+                        problems = [str(error).strip().splitlines()[0]]
+                    found += [problem for problem in problems if problem not in found]
+                lines += [f"row {row}: {problem}" for problem in found]
+        return lines
 
     def check_weights(
         self, rows: Sequence[str], overrides: Sequence[str] = (), sums: str | Path | None = None
@@ -221,6 +267,12 @@ class DataStage:
                 if self.task is None:
                     raise PrepareError(f"{self.prog} has no task name to read rows from {args.rows_from}")
                 rows += [row for row in rows_of_params(args.rows_from, self.task) if row not in rows]
+            seeds = seeds_of_params(args.rows_from) if args.rows_from is not None else []
+            problems = self.row_problems(rows, args.overrides, args.data_dir, seeds)
+            if problems:
+                for line in problems:
+                    print(f"error: {args.rows_from or '--rows'}: {line}", file=sys.stderr)
+                return 2
             if rows:
                 overrides = args.overrides if args.weights_overrides is None else args.weights_overrides
                 self.check_weights(rows, overrides, args.weights_sums)

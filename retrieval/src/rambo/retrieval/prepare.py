@@ -78,6 +78,7 @@ STAGE = data_stage.DataStage(
     prepare_one,
     task="retrieval",
     weights_url=weights_url,
+    checker="rambo.retrieval.config_check:problems",
     unreadable=unreadable,
 )
 prepare, main = STAGE.prepare, STAGE.main  # prepare(data_dir, datasets, overrides=(), source=Source()); main(argv=None)
