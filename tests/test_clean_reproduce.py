@@ -7,7 +7,8 @@ profile (``params.yaml``) and commits what the workspace wrote (its ``dvc.lock``
 (:func:`keys_committed_files_lack`); a fresh clone of *that* commit runs ``make reproduce`` at its
 root, every run retrained (a clone has no checkpoints: they are git-ignored and never in DVC's
 cache), and ``git status --porcelain`` must be empty and a second ``dvc repro`` must run nothing:
-the workspace made exactly what the checkout makes.
+the workspace made exactly what the checkout makes. Last, a value the runs refuse, set in
+``params.yaml``, must stop ``dvc repro`` before any result file changes.
 
 What differs from a user's ``make reproduce`` in a fresh clone, and why:
 
@@ -195,6 +196,33 @@ def describe_changes(clone_dir: Path, porcelain: str) -> str:
     return text[:MESSAGE_CHARS] + ("\n[... cut]" if len(text) > MESSAGE_CHARS else "")
 
 
+def refused_value_leaves_the_runs(clone_dir: Path) -> list[str]:
+    """A value the runs refuse, set in ``params.yaml`` (a retrieval batch of 7 images, not a multiple of
+    the samples per class), stops ``dvc repro`` at the data stage's check, before DVC removes a
+    training stage's outputs: every file under ``results/`` is as it was. The params file is restored."""
+    params = clone_dir / "params.yaml"
+    original = params.read_text()
+    before = {p: p.read_bytes() for p in (clone_dir / "results").rglob("*") if p.is_file()}
+    params.write_text(original.replace("overrides: profile=tiny", "overrides: batch_size=7 profile=tiny", 1))
+    try:
+        done = subprocess.run(
+            [str(BIN / "dvc"), "repro"], cwd=clone_dir, env=clone_env(clone_dir), capture_output=True, text=True
+        )
+    finally:
+        params.write_text(original)
+    after = {p: p.read_bytes() for p in (clone_dir / "results").rglob("*") if p.is_file()}
+    problems = []
+    if done.returncode == 0 or "batch_size=7: must be a multiple" not in done.stdout + done.stderr:
+        problems.append(
+            f"dvc repro with batch_size=7 did not stop at the check:\n{(done.stdout + done.stderr)[-3000:]}"
+        )
+    if after != before:
+        changed = sorted(str(p.relative_to(clone_dir)) for p in before.keys() ^ after.keys())
+        changed += sorted(str(p.relative_to(clone_dir)) for p in before.keys() & after.keys() if before[p] != after[p])
+        problems.append(f"dvc repro with a refused value changed results: {changed[:20]}")
+    return problems
+
+
 @pytest.fixture
 def workdir(tmp_path):
     """The clones' folder, deleted afterwards unless RAMBO_KEEP_CLONES=1 (to look into a failure)."""
@@ -250,6 +278,7 @@ def test_a_committed_tiny_reproduction_reproduces_itself_in_a_fresh_clone(workdi
     if "Running stage" in again:
         ran = [line for line in again.splitlines() if line.startswith("Running stage")]
         problems.append("a second dvc repro ran stages:\n" + "\n".join(ran))
+    problems += refused_value_leaves_the_runs(second)
     print(
         f"\nreproduce in clone 1: {first_s:.0f} s; in clone 2: {second_s:.0f} s; "
         f"whole test: {time.monotonic() - started:.0f} s"
