@@ -39,6 +39,9 @@ def test_hand_computed_case():
     relevant = torch.tensor([[False, True, False, True]])
     assert metrics.average_precision(scores, relevant) == pytest.approx((1 / 2 + 2 / 4) / 2)
     assert metrics.recall_at_k(scores, relevant, (1, 2)) == {1: 0.0, 2: 1.0}
+    assert metrics.recall_at_k(scores, relevant, [2]) == {2: 1.0}
+    assert metrics.recall_at_k(scores, relevant, 2) == 1.0  # one K: its fraction
+    assert metrics.recall_at_k(scores, relevant, torch.tensor([1, 2])) == {1: 0.0, 2: 1.0}
     assert metrics.map_at_r(scores, relevant) == pytest.approx(0.5 * (1 / 2))
     assert metrics.r_precision(scores, relevant) == pytest.approx(0.5)
 
@@ -54,6 +57,9 @@ def test_rows_without_relevant_items_are_left_out_and_none_gives_nan():
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="K must be"):
         metrics.recall_at_k(torch.randn(2, 3), torch.ones(2, 3, dtype=torch.bool), (0,))
+    for k, shown in ((True, "True"), ("1", "'1'"), (2.5, "2.5"), ([1, None], "None")):
+        with pytest.raises(ValueError, match=f"K must be a positive integer, got {shown}"):
+            metrics.recall_at_k(torch.randn(2, 3), torch.ones(2, 3, dtype=torch.bool), k)
     with pytest.raises(ValueError, match="reduction"):
         metrics.average_precision(torch.randn(2, 3), torch.ones(2, 3, dtype=torch.bool), reduction="sum")
     with pytest.raises(ValueError, match="bool"):

@@ -41,21 +41,24 @@ def average_precision(scores: torch.Tensor, relevant: torch.Tensor, reduction: s
     return _reduce(per_row, relevant, reduction)
 
 
-def recall_at_k(scores: torch.Tensor, relevant: torch.Tensor, ks=(1,)) -> dict[int, float]:
+def recall_at_k(scores: torch.Tensor, relevant: torch.Tensor, ks=(1,)) -> dict[int, float] | float:
     """Recall@K (Eq. 7-8): the fraction of queries with a relevant item among their top K.
 
-    Returns ``{k: fraction}`` for each k of ``ks``, fractions in [0, 1] (``{1: 0.5}`` is 50% R@1),
-    over the rows with a relevant item (``nan`` when none has one).
+    ``ks``: one K (``recall_at_k(scores, relevant, 1)``) gives that fraction as a float; several
+    (``ks=(1, 10)``) give ``{k: fraction}`` for each. Fractions are in [0, 1] (0.5 is 50% R@1), over
+    the rows with a relevant item (``nan`` when none has one). A K larger than the number of items
+    counts every item.
     """
+    single = not isinstance(ks, (list, tuple, range, set, frozenset, torch.Tensor))
+    chosen = [ks] if single else (ks.tolist() if isinstance(ks, torch.Tensor) else list(ks))
+    for k in chosen:
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or int(k) != k or k < 1:
+            raise ValueError(f"K must be a positive integer, got {k!r}")
     hits = _relevance_in_rank_order(scores, relevant)
     first_hit_within = hits.cummax(-1).values  # 1 from the first relevant position on
     n = hits.shape[-1]
-    result = {}
-    for k in ks:
-        if int(k) != k or k < 1:
-            raise ValueError(f"K must be a positive integer, got {k}")
-        result[int(k)] = _mean_over_rows_with_relevant(first_hit_within[:, min(int(k), n) - 1], relevant)
-    return result
+    result = {int(k): _mean_over_rows_with_relevant(first_hit_within[:, min(int(k), n) - 1], relevant) for k in chosen}
+    return result[int(chosen[0])] if single else result
 
 
 def map_at_r(scores: torch.Tensor, relevant: torch.Tensor, reduction: str = "mean"):
