@@ -3,6 +3,10 @@
 The XML is parsed here rather than through ``torchvision.datasets.VOCDetection`` because its v2
 wrapper drops the ``difficult`` flag, which the VOC protocol needs: difficult objects are kept out
 of the training targets and ignored (neither true nor false positives) in evaluation.
+
+Images are read as RGB values with :func:`rambo.harness.images.rgb_image` (16-bit grayscale scaled
+to 8 bits; integer and floating-point images refused); one that cannot be read is an
+:class:`~rambo.harness.images.UnreadableImage` naming its file.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 from torchvision.transforms.functional import pil_to_tensor
+
+from rambo.harness.images import rgb_image
 
 VOC_CLASSES = (
     "aeroplane",
@@ -169,8 +174,7 @@ class VOCDetectionDataset(torch.utils.data.Dataset):
         if unknown:
             raise ValueError(f"{annotation.image_id}: classes {unknown} are not in the class list")
         keep = ~annotation.difficult if self.train else np.ones(len(annotation.names), dtype=bool)
-        with Image.open(root / "JPEGImages" / annotation.filename) as image:
-            pixels = pil_to_tensor(image.convert("RGB")).float() / 255.0
+        pixels = pil_to_tensor(rgb_image(root / "JPEGImages" / annotation.filename)).float() / 255.0
         target = {
             "boxes": torch.from_numpy(annotation.boxes[keep]).reshape(-1, 4),
             "labels": torch.tensor(

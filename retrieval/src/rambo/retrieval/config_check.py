@@ -3,7 +3,9 @@
 :func:`problems` is what ``configs/train.yaml`` names under ``hydra.callbacks``: every numeric
 option and its range, the batch's shape (a multiple of the samples per class), the choices of the
 string options, and the data folder: a ``data.root`` given on the command line is the data, read
-and never written (:func:`data_problems`).
+and never written (:func:`data_problems`), and its splits must hold the classes the run needs
+(:func:`split_problems`: the validation hold-out, a batch, the test split), counted from its
+folders or index files.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import shlex
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
 from omegaconf import DictConfig
 
 from rambo.harness.config_check import (
@@ -25,6 +28,7 @@ from rambo.harness.config_check import (
     without_derived,
 )
 
+from .datasets.census import Census, census, counted
 from .datasets.synthetic import SyntheticParameters, _matches
 from .own_data import is_stand_in, layout_problem
 
@@ -129,27 +133,181 @@ def data_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
     return [Problem("data.root", problem)] if problem else []
 
 
-def sampler_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
-    """Whether the training split (after the validation hold-out) has the classes a batch needs,
-    read from the dataset's index (no image is opened); nothing when the data is still to be generated."""
-    from copy import deepcopy
+def held_out(fraction: float, classes: int) -> int:
+    """How many of a super-label's ``classes`` the validation split holds out at ``fraction``:
+    ``round(fraction x classes)``, as :func:`~.validation_split.split_validation_classes` rounds it."""
+    return int(round(fraction * classes))
 
-    from .datasets import load_dataset
-    from .own_data import use_own_data
+
+def fewest_training_classes(fraction: float, per_batch: int) -> int:
+    """The fewest training classes (of one super-label) a run needs: at ``fraction`` > 0 a
+    validation hold-out of at least 2 classes (Recall@K ranks a class among others), and
+    ``max(2, per_batch)`` left to train on (a rank loss needs another class in the batch)."""
+    classes = 2
+    while (fraction and held_out(fraction, classes) < 2) or classes - held_out(fraction, classes) < max(2, per_batch):
+        classes += 1
+    return classes
+
+
+def overrides_that_fit(cfg: DictConfig, classes: int) -> str | None:
+    """The overrides with which ``classes`` training classes (of one super-label) fill this run
+    (:func:`fewest_training_classes`), or None when no override can (fewer than 2)."""
+    if classes < 2:
+        return None
+    fraction, per_class = cfg.validation_fraction, cfg.data.sampler.samples_per_class
+    held = held_out(fraction, classes)
+    if fraction and held >= 2 and classes - held >= 2:  # the hold-out fits: the batch is too large
+        return f"batch_size={(classes - held) * per_class}"
+    overrides = ["validation_fraction=0"] if fraction else []
+    if cfg.batch_size // per_class > classes:
+        overrides.append(f"batch_size={classes * per_class}")
+    return " ".join(overrides)
+
+
+def shortage(cfg: DictConfig, found: Census, need: int) -> str:
+    """The line that refuses training classes fewer than ``need`` (:func:`fewest_training_classes`):
+    how many there are, how many the run needs and why, and what helps."""
+    fraction, per_class, batch = cfg.validation_fraction, cfg.data.sampler.samples_per_class, cfg.batch_size
+    per_batch, classes, held = batch // per_class, found.train.num_classes, held_out(cfg.validation_fraction, need)
+    reasons = []
+    if fraction:
+        reasons.append(
+            f"validation_fraction={fraction} holds out {held} of the {need} (a validation split needs 2 classes), "
+            f"leaving {need - held} to train on"
+        )
+    if per_batch >= 2:
+        reasons.append(
+            f"a batch takes {per_batch} classes (batch_size={batch} / data.sampler.samples_per_class={per_class})"
+        )
+    else:
+        reasons.append("a rank loss needs 2 classes to train on")
+    total = f"{2 * need} {found.unit}, the first {need} to train" if found.halves else str(need)
+    fit = overrides_that_fit(cfg, classes)
+    helps = f"add {found.unit}{found.train_where}" + (f", or train on these {classes} with {fit}" if fit else "")
+    return f"{found.train_words}; this run needs at least {total}: {', and '.join(reasons)}; {helps}"
+
+
+def super_label_shortage(cfg: DictConfig, found: Census) -> str | None:
+    """Why the training classes of a dataset with super-labels (SOP, In-shop) cannot be split into
+    validation and training classes of 2 or more each, in one line; None when they can."""
+    fraction, train = cfg.validation_fraction, found.train
+    labels, supers = train.labels.numpy(), train.super_labels.numpy()
+    per_super = [len(np.unique(labels[supers == s])) for s in np.unique(supers)]
+    classes, held = train.num_classes, sum(held_out(fraction, n) for n in per_super)
+    words = f"{found.train_words} in {counted(len(per_super), 'super-label')}"
+    more = f"add {found.unit}{found.train_where}"
+    if classes < 2:
+        return (
+            f"{words}; training needs at least 2 (a rank loss ranks other classes' images below a class's own): {more}"
+        )
+    if fraction and held < 2:
+        return (
+            f"{words}; validation_fraction={fraction} holds out round({fraction} x n) of a super-label's n classes, "
+            f"{held} in all, and a validation split needs 2: train without one with validation_fraction=0, or {more}"
+        )
+    if classes - held < 2:
+        return (
+            f"{words}; validation_fraction={fraction} holds out {held} of them, leaving {classes - held} to train on, "
+            f"and training needs 2: lower validation_fraction (validation_fraction=0 trains on all {classes})"
+        )
+    return None
+
+
+def training_problems(cfg: DictConfig, found: Census) -> list[Problem]:
+    """The training split's classes against the run: the validation hold-out (2 classes or more, one
+    of them of 2 images or more), the classes left to train on, and the batch sampler."""
     from .train import build_batch_sampler
     from .validation_split import split_validation_classes
+
+    fraction, train = cfg.validation_fraction, found.train
+    if train.super_labels is None:
+        need = fewest_training_classes(fraction, cfg.batch_size // cfg.data.sampler.samples_per_class)
+        if train.num_classes < need:
+            return [Problem("data.root", shortage(cfg, found, need))]
+    elif (problem := super_label_shortage(cfg, found)) is not None:
+        return [Problem("data.root", problem)]
+    kept, validation = split_validation_classes(train, fraction, cfg.seed)
+    if validation is not None and np.bincount(validation.labels.numpy()).max() < 2:
+        return [
+            Problem(
+                "validation_fraction",
+                f"validation_fraction={fraction} holds out {counted(validation.num_classes, 'training class', 'training classes')} "
+                f"(seed={cfg.seed}), all of 1 image; Recall@K on the validation split needs a class of at least 2 images "
+                "(a query and its match): validation_fraction=0 trains without one",
+            )
+        ]
+    if (
+        cfg.data.sampler.name == "super_label"
+        and kept.super_labels is not None
+        and len(np.unique(kept.super_labels.numpy())) < 2
+    ):
+        after = " after the validation hold-out" if fraction else ""
+        return [
+            Problem(
+                "data.sampler.name",
+                f"{found.train_words}, all of 1 super-label{after}, and data.sampler.name=super_label draws a batch "
+                "from a pair of super-labels: data.sampler.name=m_per_class draws it from any classes",
+            )
+        ]
+    try:
+        build_batch_sampler(cfg, kept)
+    except ValueError as error:
+        return [Problem("batch_size", str(error))]
+    return []
+
+
+def evaluation_problems(found: Census) -> list[Problem]:
+    """The test split's classes: at least 2, and a query with a match (a class of 2 images or more;
+    In-shop: a query whose item is in the gallery). The second half of one list of classes holds
+    at least as many classes as the first, the training half: :func:`shortage` counts those."""
+    test = found.test
+    if test.num_classes < 2 and not found.halves:  # one list cut in halves: the training half says how many
+        return [
+            Problem(
+                "data.root",
+                f"{found.test_words}; the test split needs at least 2 (Recall@K ranks a query's class among others): "
+                f"add {found.unit}{found.test_where}",
+            )
+        ]
+    if "query" in found.evaluation:
+        queries = found.evaluation["query"].labels.numpy()
+        if not np.isin(queries, test.labels.numpy()).any():
+            return [
+                Problem(
+                    "data.root",
+                    f"{found.test_words}, none of them an item of the {counted(len(np.unique(queries)), 'query item')}; "
+                    "Recall@K needs a query whose item is in the gallery",
+                )
+            ]
+    elif np.bincount(test.labels.numpy()).max() < 2:
+        return [
+            Problem(
+                "data.root",
+                f"{found.test_words}; every test class has 1 image, and Recall@K needs a class of at least 2 "
+                f"(a query and its match): add images{found.test_where}",
+            )
+        ]
+    return []
+
+
+def split_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
+    """Whether the dataset's splits hold the classes this run needs, counted from its folders or
+    index files (no image is opened: :mod:`.datasets.census`): the training split enough classes
+    for the validation hold-out and a batch, the validation and test splits 2 classes or more and
+    a class of 2 images or more. Nothing when the data is still to be generated."""
+    from copy import deepcopy
+
+    from .own_data import use_own_data
 
     data = deepcopy(cfg.data)
     use_own_data(data, named=named_on_command_line("data.root", overrides))
     if data.get("generate") is not None and not _matches(Path(data.root), SyntheticParameters(**data.generate)):
         return []
-    full = load_dataset(data.format, data.root, "train")
-    train, _ = split_validation_classes(full, cfg.validation_fraction, cfg.seed)
     try:
-        build_batch_sampler(cfg, train)
-    except ValueError as error:
-        return [Problem("batch_size", str(error))]
-    return []
+        found = census(data.format, data.root)
+    except (ValueError, FileNotFoundError) as error:  # an index file the loader cannot read
+        return [Problem("data.root", str(error))]
+    return training_problems(cfg, found) + evaluation_problems(found)
 
 
 def problems(cfg: DictConfig) -> list[Problem]:
@@ -158,6 +316,6 @@ def problems(cfg: DictConfig) -> list[Problem]:
     found += batch_problems(cfg)
     overrides = task_overrides(cfg)
     found += data_problems(cfg, overrides)
-    if not found:  # the options and the folder are sound: does the data fill a batch?
-        found += sampler_problems(cfg, overrides)
+    if not found:  # the options and the folder are sound: do the splits hold the classes the run needs?
+        found += split_problems(cfg, overrides)
     return found

@@ -10,7 +10,8 @@ A ``data.root`` given on the command line is the data: ``data=sop data.root=DIR`
 read from disk, and says so in its log. DIR is never created, written into, or replaced by the
 synthetic set: a missing or empty DIR, or one in another layout, is refused with one line naming
 the folder and the layout expected (:func:`layout_problem`; the app checks it before anything is
-created: :mod:`rambo.retrieval.config_check`).
+created: :mod:`rambo.retrieval.config_check`, which also counts the classes of its splits against
+what the run needs).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, open_dict
 
-from .datasets.imagefolder import class_folders, has_own_split
+from .datasets.imagefolder import IMAGEFOLDER_SPLITS, class_folders, has_own_split
 from .datasets.layout import LAYOUT_MARKERS, detect_layout
 from .datasets.synthetic import MANIFEST
 
@@ -68,6 +69,17 @@ def layout_problem(name: str, root: Path | str) -> str | None:
     found = found_layout(root)
     if found == name or (name == "synthetic" and found == "sop"):
         return None
+    if name == "imagefolder" and found is None:
+        folders = set(class_folders(root))
+        lone = [split for split in IMAGEFOLDER_SPLITS if (root / split).is_dir()]
+        if len(lone) == 1 and folders <= {lone[0]}:
+            (other,) = set(IMAGEFOLDER_SPLITS) - set(lone)
+            return (
+                f"data=imagefolder data.root={root}: there is {root / lone[0]} but no {root / other} "
+                f"(expected {wanted}). Nothing was written there"
+            )
+        if folders:  # one class folder: the config check says how many the run needs (rambo.retrieval.config_check)
+            return None
     hint = f"; it holds the {found} layout: data={found} data.root={root} trains on it" if found else ""
     return f"data={name} data.root={root}: no {name} layout there (expected {wanted}){hint}. Nothing was written there"
 

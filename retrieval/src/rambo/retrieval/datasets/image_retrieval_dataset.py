@@ -1,6 +1,8 @@
 """The one dataset class every loader returns: image paths with class labels and super-labels.
 
-An image that cannot be decoded is an :class:`UnreadableImageError` naming its file and index;
+Images are read as RGB values with :func:`rambo.harness.images.rgb_image` (16-bit grayscale scaled
+to 8 bits; integer and floating-point images refused). An image that cannot be read is an
+:class:`UnreadableImageError` naming its file and index;
 :meth:`ImageRetrievalDataset.unreadable` reads every image once and lists those that fail, and
 :meth:`ImageRetrievalDataset.without` drops them (``data.skip_unreadable``)."""
 
@@ -13,6 +15,7 @@ import torch
 from PIL import Image
 
 from rambo.harness.config_check import InputError
+from rambo.harness.images import UnreadableImage, rgb_image
 
 
 class UnreadableImageError(InputError):
@@ -20,18 +23,19 @@ class UnreadableImageError(InputError):
 
 
 def read_image(path: Path | str) -> Image.Image:
-    """The RGB image at ``path``, fully decoded (``convert("RGB")``: CUB and SOP hold a few
-    grayscale and CMYK JPEGs among the RGB ones)."""
-    with Image.open(path) as image:
-        return image.convert("RGB")
+    """The RGB image at ``path``, fully decoded (:func:`rambo.harness.images.rgb_image`: CUB and SOP
+    hold a few grayscale and CMYK JPEGs among the RGB ones). Raises
+    :class:`rambo.harness.images.UnreadableImage` naming ``path`` when it cannot be read."""
+    return rgb_image(path)
 
 
 def unreadable_reason(path: Path | str) -> str | None:
-    """Why the image at ``path`` cannot be read (the decoder's error, in one line), or None."""
+    """Why the image at ``path`` cannot be read (the decoder's error, or the mode refused, in one
+    line), or None."""
     try:
         read_image(path)
-    except Exception as error:  # PIL raises OSError, SyntaxError, ValueError, DecompressionBombError...
-        return f"{type(error).__name__}: {error}".splitlines()[0]
+    except UnreadableImage as error:
+        return error.reason
     return None
 
 
@@ -85,10 +89,9 @@ class ImageRetrievalDataset(torch.utils.data.Dataset):
         index = index % len(self)
         try:
             image = read_image(self.image_paths[index])
-        except Exception as error:
-            reason = f"{type(error).__name__}: {error}".splitlines()[0]
+        except UnreadableImage as error:
             raise UnreadableImageError(
-                f"{self.image_paths[index]}: image {index} of {len(self)} cannot be read ({reason})"
+                f"{self.image_paths[index]}: image {index} of {len(self)} cannot be read ({error.reason})"
             ) from None
         if self.transform is not None:
             image = self.transform(image)

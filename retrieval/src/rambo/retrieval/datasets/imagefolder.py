@@ -46,6 +46,18 @@ def has_own_split(root: Path) -> bool:
     return (root / "train").is_dir() and (root / "test").is_dir()
 
 
+def split_classes(root: Path, split: str) -> dict[str, list[Path]]:
+    """``{class folder name: its images}`` of split ``split`` (``train`` or ``test``) of the tree at
+    ``root``, however few (:func:`load_imagefolder` needs 2): the ``train``/``test`` folder's class
+    folders, or a half of ``root``'s class folders in sorted order (module docstring)."""
+    if has_own_split(root):
+        return class_folders(root / split)
+    every = class_folders(root)
+    names = list(every)
+    half = len(names) // 2
+    return {name: every[name] for name in (names[:half] if split == "train" else names[half:])}
+
+
 def load_imagefolder(root: Path | str, split: str, transform: Callable | None = None) -> ImageRetrievalDataset:
     """Read split ``split`` (``train`` or ``test``) of the ImageFolder tree at ``root`` (module docstring).
 
@@ -58,21 +70,22 @@ def load_imagefolder(root: Path | str, split: str, transform: Callable | None = 
             f"imagefolder: {root} is not a folder (expected {root}/<class>/<image>, or train/ and test/ of those)"
         )
     if has_own_split(root):
-        source = root / split
-        classes = class_folders(source)
+        classes = class_folders(root / split)
         if len(classes) < 2:
-            raise ValueError(f"imagefolder: {source} holds {len(classes)} class folder(s) with images; need at least 2")
-    else:
-        source = root
-        every = class_folders(root)
-        if len(every) < 2:
             raise ValueError(
-                f"imagefolder: {root} holds {len(every)} class folder(s) with images; need at least 2 "
-                f"(the first half of the classes train, the rest test), as {root}/<class>/<image>"
+                f"imagefolder: {root / split} holds {len(classes)} class folder(s) with images; need at least 2"
             )
-        names = list(every)
-        half = len(names) // 2
-        classes = {name: every[name] for name in (names[:half] if split == "train" else names[half:])}
+        return dataset_of(classes, transform)
+    if (count := len(class_folders(root))) < 2:
+        raise ValueError(
+            f"imagefolder: {root} holds {count} class folder(s) with images; need at least 2 "
+            f"(the first half of the classes train, the rest test), as {root}/<class>/<image>"
+        )
+    return dataset_of(split_classes(root, split), transform)
+
+
+def dataset_of(classes: dict[str, list[Path]], transform: Callable | None = None) -> ImageRetrievalDataset:
+    """The images of ``classes`` (``{class name: its images}``), labelled ``0..C-1`` in sorted order of the names."""
     paths = [path for images in classes.values() for path in images]
     labels = [name for name, images in classes.items() for _ in images]
     return ImageRetrievalDataset(paths, contiguous_labels(labels), None, transform=transform)
