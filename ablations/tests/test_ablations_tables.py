@@ -117,7 +117,9 @@ def test_tables_name_their_machines_and_the_claims_compare_a_second_draw(tmp_pat
     assert all((again / p.name).read_bytes() == p.read_bytes() for p in out.iterdir())
     # A second draw that lacks runs is an error, not agreement.
     (tmp_path / "draw" / "runs" / "retrieval" / "synthetic_log" / "seed2" / "metrics.json").unlink()
-    with pytest.raises(FileNotFoundError, match="synthetic_log seed 2"):
+    with pytest.raises(
+        FileNotFoundError, match="synthetic_log/seed2/metrics.json: not found; restore the committed draw"
+    ):
         tables.main(["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(out)])
 
 
@@ -129,7 +131,10 @@ def test_a_missing_run_is_an_error_not_an_empty_cell(tmp_path):
     }
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     write_run(tmp_path / "runs", "retrieval", "synthetic_log", 0, 0.5)
-    with pytest.raises(FileNotFoundError, match="synthetic_log seed 1"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"synthetic_log/seed1/metrics.json: not found; rerun its stage: `dvc repro retrieval_train@synthetic_log`",
+    ):
         tables.main(
             ["--runs", str(tmp_path / "runs"), "--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "o")]
         )

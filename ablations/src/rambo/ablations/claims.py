@@ -16,13 +16,19 @@ difference of two means). Cells of datasets a profile does not run are left out.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from rambo.harness.paired_interval import Z_975, paired_interval, verdict
+from rambo.harness.run_files import ListOf, bad_file, check, read_json
+
+#: What to do about a bad ``fig2_minibatch_map.json`` of the pipeline.
+FIGURE2_FIX = "rebuild it: `dvc repro figure_2` (or `python -m rambo.figures.fig2_minibatch_map --out DIR`)"
+_BIAS = {"mean": float, "std": float, "batches": int}
+#: What the claims read of Fig. 2's numbers (and of each row, the curve with the score memory).
+FIGURE2 = {"true_map": float, "curves": [str], "rows": ListOf({"batch_size": int, "no memory": _BIAS}, least=1)}
 
 
 @dataclass(frozen=True)
@@ -144,15 +150,21 @@ def evaluate_claims(read_values, run_map: dict) -> list[dict]:
     return rows
 
 
-def minibatch_bias_claims(figure_json: Path) -> list[dict]:
+def minibatch_bias_claims(figure_json: Path, fix: str = FIGURE2_FIX) -> list[dict]:
     """Fig. 2: the bias of mini-batch mAP (its mean minus the true mAP) shrinks with batch size and
-    with the score memory; from the figure's numbers (mean, std over its sampled batches)."""
+    with the score memory; from the figure's numbers (mean, std over its sampled batches). None
+    without the file; a bad one is a :class:`rambo.harness.run_files.RunFileError` ending in ``fix``."""
     if not figure_json.is_file():
         return []
-    data = json.loads(figure_json.read_text())
+    data = read_json(figure_json, fix, FIGURE2)
     true_map, rows = data["true_map"], data["rows"]
     smallest, largest = rows[0], rows[-1]
-    memory = next(curve for curve in data["curves"] if curve != "no memory")
+    memory = next((curve for curve in data["curves"] if curve != "no memory"), None)
+    if memory is None:
+        raise bad_file(figure_json, f"curves {data['curves']} names no curve with the score memory", fix)
+    check(data, {"rows": [{memory: _BIAS}]}, figure_json, fix)
+    if any(row[curve]["batches"] < 1 for row in (smallest, largest) for curve in ("no memory", memory)):
+        raise bad_file(figure_json, "a row counts no sampled batches (batches < 1)", fix)
 
     def bias_difference(first: dict, second: dict) -> dict:
         difference = 100 * (first["mean"] - second["mean"])  # bias(first) - bias(second): the true mAP cancels

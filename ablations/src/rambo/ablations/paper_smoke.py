@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
+from rambo.harness.run_files import one_line_errors, read_json, read_yaml
 
 from .checkout import REPO
 from .workspace import sync
@@ -109,17 +109,23 @@ def write_stand_in_weights(torch_home: Path, sums: Path) -> list[Path]:
 
 
 def filled_cells(repo: Path) -> tuple[int, list[str]]:
-    """How many table cells have a value, and the runs the profile's tables name that fill none."""
-    params = yaml.safe_load((repo / "params.yaml").read_text())
+    """How many table cells have a value, and the runs the profile's tables name that fill none. A
+    bad params or table file is a :class:`rambo.harness.run_files.RunFileError`."""
+    fix = f"the smoke's stages wrote it: run `make paper-smoke` again ({repo} is kept to be looked at)"
+    params = read_yaml(repo / "params.yaml", fix, {"profile": str, "tables": {"runs": {"*": str}}})
     named = set(params["tables"]["runs"].values())
     filled, used = 0, set()
     for path in sorted((repo / "results" / params["profile"] / "tables").glob("table*.json")):  # the profile's own
-        for row in json.loads(path.read_text())["rows"]:
+        for row in read_json(path, fix, TABLE)["rows"]:
             for cell in row["cells"]:
                 if cell["status"] == "ok":
                     filled += 1
                     used.add(cell["experiment"])
     return filled, sorted(named - used)
+
+
+#: What is read of a table's JSON (:mod:`.tables`).
+TABLE = {"rows": [{"cells": [{"status": str, "experiment?": (str, None)}]}]}
 
 
 def footprint_bytes(folder: Path) -> int:
@@ -216,4 +222,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with one_line_errors():  # a bad table file of the copy: one error line naming it, exit code 2
+        raise SystemExit(main())

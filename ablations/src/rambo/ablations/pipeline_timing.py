@@ -13,14 +13,16 @@ side-by-side table the documentation includes. Measure the two modes back to bac
 machine: the table compares seconds of different calls.
 
 The clone is deleted when the measurement is written (``--keep`` keeps it: its runs are then a draw
-of that mode, e.g. the native draw of results/draws/).
+of that mode, e.g. the native draw of results/draws/). A ``pipeline_timing.json`` that cannot be
+read, or a stage-times record that is not what :mod:`.stage_times` writes, is one ``error:`` line
+naming the file, exit code 2 (:mod:`rambo.harness.run_files`); the record is checked before the
+clone is made, so no measurement is spent on a file that cannot take it.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import shutil
@@ -29,6 +31,7 @@ import sys
 from pathlib import Path
 
 from rambo.harness.atomic import write_json, write_text
+from rambo.harness.run_files import one_line_errors, read_json
 
 from .checkout import REPO
 
@@ -44,6 +47,31 @@ KINDS = (  # the kinds of stage, by name prefix, in the table's order
     ("tables", ("tables",)),
 )
 OUT = REPO / "benchmarks" / "pipeline_timing.json"
+_SECONDS = {"*": float}
+#: What is read of a stage-times record (:mod:`.stage_times`).
+STAGE_TIMES = {"seconds": float, "stages": _SECONDS}
+#: What is read of the measurements file: one measurement per mode.
+MEASUREMENTS = {
+    "*": {
+        "date": str,
+        "machine": str,
+        "commit": str,
+        "seconds": float,
+        "kinds": _SECONDS,
+        "stages": _SECONDS,
+        "git_status_clean": bool,
+        "changed_files": int,
+    }
+}
+
+
+def read_measurements(path: Path) -> dict:
+    """The measurements recorded in ``path`` (``{}`` without the file); a bad file is a
+    :class:`rambo.harness.run_files.RunFileError`."""
+    if not path.is_file():
+        return {}
+    fix = f"restore it (`git checkout -- {path}`) or delete it: the next measurement writes it anew"
+    return read_json(path, fix, MEASUREMENTS)
 
 
 def kind_of(stage: str) -> str:
@@ -78,7 +106,12 @@ def measure(mode: str, folder: Path) -> dict:
     done = subprocess.run(command, cwd=folder, env=env)
     if done.returncode != 0:
         raise SystemExit(f"error: make reproduce failed in {folder} (exit {done.returncode}); the clone is kept")
-    times = json.loads(record.read_text())
+    times = read_json(
+        record,
+        f"`make reproduce STAGE_TIMES_RECORD=...` writes it (rambo.ablations.stage_times): measure again "
+        f"(`python -m rambo.ablations.pipeline_timing --mode {mode}`); the clone {folder} is kept",
+        STAGE_TIMES,
+    )
     status = subprocess.run(["git", "status", "--porcelain"], cwd=folder, capture_output=True, text=True, check=True)
     changed = [line[3:] for line in status.stdout.splitlines()]
     kinds: dict[str, float] = {}
@@ -144,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the clone (its runs are a draw of the mode)")
     args = parser.parse_args(argv)
     folder = REPO / "build" / "pipeline-timing" / args.mode
+    read_measurements(args.out)  # a bad record stops here, before the measurement, not after it
     measurement = measure(args.mode, folder)
-    measurements = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    measurements = read_measurements(args.out)
     measurements[args.mode] = measurement
     write_json(args.out, measurements)
     write_text(args.out.with_suffix(".md"), markdown(measurements))
@@ -159,4 +193,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with one_line_errors():  # a bad measurements file or stage-times record: one error line, exit code 2
+        raise SystemExit(main())

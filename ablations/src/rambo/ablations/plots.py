@@ -12,18 +12,30 @@ Under ``<out>`` (``results/<profile>/plots``), one JSON list of flat records per
 * ``table8_lambda.json``: Table 8's lambda curve, ``{lambda, margin, seed, AP50}``.
 
 A run is ``"<experiment> seed<k>"``: one line per run, one colour each. Every record is flat and every
-key present in every record of a file, as DVC's renderers need.
+key present in every record of a file, as DVC's renderers need. A run's ``curve.json`` or
+``metrics.json`` that is not valid JSON or lacks what is read here is a
+:class:`rambo.harness.run_files.RunFileError` naming the file and the stage to rerun.
 """
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from rambo.harness.atomic import write_json
+from rambo.harness.run_files import read_json
 
 LAMBDA_ROW = re.compile(r"lambda ([0-9.]+), (no margin|margin)")
+_VALUE = (float, None)
+#: What the plots read of a run's ``curve.json``: one row per epoch.
+CURVE = [{"epoch": int, "loss?": _VALUE, "test/R@1?": _VALUE}]
+#: What the plots read of a run's ``metrics.json`` (detection: every evaluation's AP50).
+METRICS = {"history?": [{"epoch": int, "AP50?": _VALUE}], "AP50?": _VALUE, "epochs?": int}
+
+
+def _rerun(task: str, experiment: str) -> str:
+    return f"rerun the stage that trains {task}/{experiment} (`dvc repro`), or delete the run folder"
 
 
 def _runs(runs: Path, task: str, seeds: list[int]):
@@ -34,13 +46,17 @@ def _runs(runs: Path, task: str, seeds: list[int]):
                 yield folder.name, seed, folder / f"seed{seed}"
 
 
-def curve_records(runs: Path, task: str, seeds: list[int]) -> tuple[list[dict], list[dict]]:
-    """``(loss records, evaluation records)`` of every run of ``task``."""
+def curve_records(
+    runs: Path, task: str, seeds: list[int], fix: Callable[[str, str], str] = _rerun
+) -> tuple[list[dict], list[dict]]:
+    """``(loss records, evaluation records)`` of every run of ``task``; ``fix(task, experiment)``:
+    what the error of a bad run file says to do."""
     losses, evaluations = [], []
     for experiment, seed, folder in _runs(runs, task, seeds):
         base = {"run": f"{experiment} seed{seed}", "experiment": experiment, "seed": seed}
-        curve = json.loads((folder / "curve.json").read_text()) if (folder / "curve.json").is_file() else []
-        metrics = json.loads((folder / "metrics.json").read_text())
+        what = fix(task, experiment)
+        curve = read_json(folder / "curve.json", what, CURVE) if (folder / "curve.json").is_file() else []
+        metrics = read_json(folder / "metrics.json", what, METRICS)
         for record in curve:
             if isinstance(record.get("loss"), (int, float)):
                 losses.append({**base, "epoch": record["epoch"], "loss": record["loss"]})
@@ -89,18 +105,35 @@ def lambda_records(table8: dict) -> list[dict]:
     return sorted(records, key=lambda r: (r["margin"], r["lambda"], r["seed"]))
 
 
-def write_plot_data(runs: Path, seeds: list[int], built_tables: list[dict], out: Path) -> list[Path]:
-    """Every plot file of the module docstring under ``out``; returns their paths. A plot without
-    data (a profile that runs no detection) is written as an empty list: DVC then shows nothing for it."""
+def plot_files(
+    runs: Path, seeds: list[int], built_tables: list[dict], fix: Callable[[str, str], str] = _rerun
+) -> dict[str, list[dict]]:
+    """``{file name: records}`` of every plot file of the module docstring. A plot without data (a
+    profile that runs no detection) is an empty list: DVC then shows nothing for it.
+    ``fix(task, experiment)``: what the error of a bad run file says to do."""
     files = {}
     for task in ("retrieval", "detection"):
-        losses, evaluations = curve_records(runs, task, seeds)
+        losses, evaluations = curve_records(runs, task, seeds, fix)
         files[f"{task}_loss.json"] = losses
         files["retrieval_recall.json" if task == "retrieval" else "detection_ap50.json"] = evaluations
     for built in built_tables:
         files[f"{built['key']}.json"] = table_records(built)
     table8 = next((b for b in built_tables if b["key"] == "table8"), None)
     files["table8_lambda.json"] = lambda_records(table8) if table8 else []
+    return files
+
+
+def write_plot_data(
+    runs: Path,
+    seeds: list[int],
+    built_tables: list[dict],
+    out: Path,
+    fix: Callable[[str, str], str] = _rerun,
+    files: dict[str, list[dict]] | None = None,
+) -> list[Path]:
+    """Every plot file of the module docstring under ``out`` (``files``: as :func:`plot_files` made
+    them; else read now); returns their paths."""
+    files = plot_files(runs, seeds, built_tables, fix) if files is None else files
     written = []
     for name, records in files.items():
         write_json(out / name, records)

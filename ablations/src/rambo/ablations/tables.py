@@ -18,28 +18,78 @@ adds a column to the claims: the verdict on that draw, and whether it is the sam
 ``--wandb-mode`` other than ``disabled``, an aggregate W&B run mirrors the tables (the files stay the
 primary copy). A cell the profile does not run says so and names the profile; a cell whose runs are
 missing is an error, and so is a trained experiment that fills no cell (its rows would read "not run"),
-so a broken pipeline cannot produce a quietly empty table.
+so a broken pipeline cannot produce a quietly empty table. A run file or params file that is
+missing, not valid JSON or YAML, or lacks a value the tables read is one ``error:`` line naming the
+file and the stage to rerun, exit code 2 (:mod:`rambo.harness.run_files`).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
-
-import yaml
 
 from rambo.harness.atomic import write_text
 from rambo.harness.numerics import start_command
 from rambo.harness.provenance import machine_label
 from rambo.harness.run import wandb_group
+from rambo.harness.run_files import RunFileError, bad_file, one_line_errors, read_json, read_yaml
 from rambo.harness.wandb_run import start_run
 
 from .claims import claims_markdown, evaluate_claims, minibatch_bias_claims
 from .paper_numbers import TABLES, Cell, Table
-from .plots import write_plot_data
+from .plots import plot_files, write_plot_data
+
+#: What the tables read of a run's ``provenance`` (:func:`rambo.harness.provenance.machine_label`).
+PROVENANCE = ({"device?": dict, "numerics?": (dict, None), "libraries?": dict, "launch?": dict}, None)
+_ROWS = ([str], None)
+#: What the tables read of a params file.
+PARAMS = {
+    "profile": str,
+    "seeds": (str, int, list),
+    "tables": {
+        "runs": {"*": str},
+        "labels?": (dict, None),
+        "notes?": (dict, None),
+        "second_draw?": ({"runs": str, "label": str, "figure2?": (str, None)}, None),
+    },
+    "retrieval?": ({"experiments?": _ROWS, "ablations?": _ROWS}, None),
+    "detection?": ({"experiments?": _ROWS, "ablations?": _ROWS, "warm_start?": ({"experiments?": _ROWS}, None)}, None),
+}
+PARAMS_FIX = (
+    "give the pipeline's params file (params.yaml; `python -m rambo.ablations.set_profile <profile>` writes it "
+    "from ablations/profiles/<profile>.yaml)"
+)
+
+
+def run_fix(task: str, experiment: str, params: dict | None = None) -> str:
+    """What to do about a bad or missing file of a run of ``experiment``: rerun the DVC stage that
+    trains it (``<task>_train``, ``_ablation`` or ``_warm_start``, as the profile's ``params`` list it)."""
+    node = (params or {}).get(task) or {}
+    kind = "train"
+    if experiment in (node.get("ablations") or []):
+        kind = "ablation"
+    elif experiment in ((node.get("warm_start") or {}).get("experiments") or []):
+        kind = "warm_start"
+    return f"rerun its stage: `dvc repro {task}_{kind}@{experiment}`, or delete the run folder"
+
+
+def draw_fix(path: Path) -> str:
+    """What to do about a bad file under ``path``, a committed draw (``tables.second_draw``): restore it from git."""
+    return f"restore the committed draw: `git checkout -- {path}` (see results/draws/README.md)"
+
+
+def metrics_schema(task: str, metric: str | None = None) -> dict:
+    """What the tables read of a run's ``metrics.json``: ``metric`` (retrieval: of the paper
+    protocol) and the provenance."""
+    schema: dict = {"provenance?": PROVENANCE}
+    if metric is not None:
+        schema.update({"paper_protocol": {metric: float}} if task == "retrieval" else {metric: float})
+    return schema
 
 
 def read_metric(task: str, metrics: dict, metric: str) -> float:
@@ -64,18 +114,21 @@ def parse_seeds(value) -> list[int]:
     return seeds
 
 
-def run_values(runs: Path, task: str, experiment: str, seeds: list[int], metric: str) -> list[float]:
-    """``metric`` (percent) of ``experiment`` for each seed; a missing run is an error."""
+def run_values(
+    runs: Path, task: str, experiment: str, seeds: list[int], metric: str, fix: Callable[[str, str], str] = run_fix
+) -> list[float]:
+    """``metric`` (percent) of ``experiment`` for each seed; a missing or bad run file is a
+    :class:`rambo.harness.run_files.RunFileError` ending in ``fix(task, experiment)``."""
     values = []
     for seed in seeds:
         path = runs / task / experiment / f"seed{seed}" / "metrics.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"missing run {task}/{experiment} seed {seed}: {path}")
-        values.append(read_metric(task, json.loads(path.read_text()), metric))
+        values.append(read_metric(task, read_json(path, fix(task, experiment), metrics_schema(task, metric)), metric))
     return values
 
 
-def run_machines(runs: Path, run_map: dict, seeds: list[int]) -> dict[str, int]:
+def run_machines(
+    runs: Path, run_map: dict, seeds: list[int], fix: Callable[[str, str], str] = run_fix
+) -> dict[str, int]:
     """``{machine label: number of runs}`` over the runs the profile's tables read (each run's
     ``metrics.json`` provenance; runs made before it was recorded count as ``not recorded``)."""
     counts = collections.Counter()
@@ -83,7 +136,7 @@ def run_machines(runs: Path, run_map: dict, seeds: list[int]) -> dict[str, int]:
         for seed in seeds:
             path = runs / task / experiment / f"seed{seed}" / "metrics.json"
             if path.is_file():
-                facts = json.loads(path.read_text()).get("provenance")
+                facts = read_json(path, fix(task, experiment), metrics_schema(task)).get("provenance")
                 counts[machine_label(facts) if facts else "not recorded"] += 1
     return dict(sorted(counts.items()))
 
@@ -99,7 +152,9 @@ def machines_text(machines: dict[str, int]) -> str:
     )
 
 
-def collect_cell(cell: Cell, runs: Path, run_map: dict, seeds: list[int]) -> dict:
+def collect_cell(
+    cell: Cell, runs: Path, run_map: dict, seeds: list[int], fix: Callable[[str, str], str] = run_fix
+) -> dict:
     experiment = run_map.get(f"{cell.task}/{cell.dataset}/{cell.method}")
     result = {
         "dataset": cell.dataset,
@@ -110,7 +165,7 @@ def collect_cell(cell: Cell, runs: Path, run_map: dict, seeds: list[int]) -> dic
     }
     if experiment is None:
         return {**result, "status": "not run in this profile"}
-    values = run_values(runs, cell.task, experiment, seeds, cell.metric)
+    values = run_values(runs, cell.task, experiment, seeds, cell.metric, fix)
     return {
         **result,
         "status": "ok",
@@ -140,9 +195,12 @@ def format_cell(cell: dict) -> str:
     return f"{cell['mean']:.1f} ± {cell['std']:.1f} (paper {paper})"
 
 
-def build_table(table: Table, runs: Path, run_map: dict, seeds: list[int]) -> dict:
+def build_table(
+    table: Table, runs: Path, run_map: dict, seeds: list[int], fix: Callable[[str, str], str] = run_fix
+) -> dict:
     rows = [
-        {"label": label, "cells": [collect_cell(c, runs, run_map, seeds) for c in cells]} for label, cells in table.rows
+        {"label": label, "cells": [collect_cell(c, runs, run_map, seeds, fix) for c in cells]}
+        for label, cells in table.rows
     ]
     built = {"key": table.key, "title": table.title, "columns": list(table.columns), "rows": rows, "note": table.note}
     if table.show_runs:
@@ -185,22 +243,27 @@ def compare_second_draw(claims: list[dict], second: dict, run_map: dict, seeds: 
     interval, verdict and whether the verdict is the same. Returns the draw's machines line. A claim
     the second draw cannot evaluate is an error: a partial draw must not read as agreement."""
     runs = Path(second["runs"])
+
+    def fix(task: str, experiment: str) -> str:
+        return draw_fix(runs)
+
     if not runs.is_dir():
-        raise FileNotFoundError(f"tables.second_draw.runs: {runs} is not a folder (see results/draws/README.md)")
+        raise RunFileError(f"tables.second_draw.runs: {runs} is not a folder (see results/draws/README.md)")
 
     def read_values(task: str, experiment: str, metric: str) -> list[float]:
-        return run_values(runs, task, experiment, seeds, metric)
+        return run_values(runs, task, experiment, seeds, metric, fix)
 
     figure2 = Path(second["figure2"]) if with_figure2 and second.get("figure2") else None
     if figure2 is not None and not figure2.is_file():
-        raise FileNotFoundError(f"tables.second_draw.figure2: {figure2} is missing")
+        raise RunFileError(f"tables.second_draw.figure2: {figure2} is missing")
     other = {
         row["claim"]: row
-        for row in evaluate_claims(read_values, run_map) + (minibatch_bias_claims(figure2) if figure2 else [])
+        for row in evaluate_claims(read_values, run_map)
+        + (minibatch_bias_claims(figure2, draw_fix(figure2)) if figure2 else [])
     }
     for row in claims:
         if row["claim"] not in other:
-            raise ValueError(f"the second draw ({runs}) has no value for the claim {row['claim']!r}")
+            raise RunFileError(f"the second draw ({runs}) has no value for the claim {row['claim']!r}")
         match = other[row["claim"]]
         row["second_draw"] = {
             "difference": match["difference"],
@@ -208,7 +271,7 @@ def compare_second_draw(claims: list[dict], second: dict, run_map: dict, seeds: 
             "verdict": match["verdict"],
             "same_verdict": match["verdict"] == row["verdict"],
         }
-    return machines_text(run_machines(runs, run_map, seeds))
+    return machines_text(run_machines(runs, run_map, seeds, fix))
 
 
 def log_to_wandb(
@@ -276,24 +339,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--wandb-project", default="rambo-tables")
     args = parser.parse_args(argv)
 
-    params = yaml.safe_load(args.params.read_text())
-    profile, seeds = params["profile"], parse_seeds(params["seeds"])
-    run_map, labels = params["tables"]["runs"], params["tables"].get("labels", {})
+    params = read_yaml(args.params, PARAMS_FIX, PARAMS)
+    try:
+        seeds = parse_seeds(params["seeds"])
+    except ValueError as error:
+        raise bad_file(args.params, str(error), PARAMS_FIX) from None
+    profile, fix = params["profile"], functools.partial(run_fix, params=params)
+    run_map, labels = params["tables"]["runs"], params["tables"].get("labels") or {}
     unnamed = unnamed_experiments(params)
     if unnamed:
-        raise SystemExit(
+        raise RunFileError(
             f"{args.params}: profile {profile!r} trains {', '.join(unnamed)}, which no table cell names, so its "
             f"tables would call them not run; name their cells under tables.runs (ablations/profiles/{profile}.yaml)"
         )
-    notes = params["tables"].get("notes", {})
-    machines = machines_text(run_machines(args.runs, run_map, seeds))
-    built_tables, sections, summary = [], [], {}
-    for table in TABLES:
-        built = build_table(table, args.runs, run_map, seeds)
+    notes = params["tables"].get("notes") or {}
+    machines = machines_text(run_machines(args.runs, run_map, seeds, fix))
+    # Everything is read before anything is written: a bad run file leaves the tables as they were.
+    built_tables, sections, summary = [build_table(table, args.runs, run_map, seeds, fix) for table in TABLES], [], {}
+    outputs = {}
+    for table, built in zip(TABLES, built_tables):
         text = markdown(built, profile, labels, seeds, notes)
-        write_text(args.out / f"{table.key}.md", text)
-        write_text(args.out / f"{table.key}.json", json.dumps({"profile": profile, **built}, indent=2) + "\n")
-        built_tables.append(built)
+        outputs[f"{table.key}.md"] = text
+        outputs[f"{table.key}.json"] = json.dumps({"profile": profile, **built}, indent=2) + "\n"
         sections.append(text)
         for row in built["rows"]:
             for column, cell in zip(built["columns"], row["cells"]):
@@ -301,7 +368,7 @@ def main(argv: list[str] | None = None) -> None:
                     summary[f"{table.key}/{row['label']}/{column}"] = round(cell["mean"], 2)
 
     def read_values(task: str, experiment: str, metric: str) -> list[float]:
-        return run_values(args.runs, task, experiment, seeds, metric)
+        return run_values(args.runs, task, experiment, seeds, metric, fix)
 
     claims = evaluate_claims(read_values, run_map) + (minibatch_bias_claims(args.figure2) if args.figure2 else [])
     second = params["tables"].get("second_draw")
@@ -309,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
     if second:
         second_machines = compare_second_draw(claims, second, run_map, seeds, args.figure2 is not None)
     claims_text = claims_markdown(claims, profile, seeds, machines, second and {**second, "machines": second_machines})
-    write_text(args.out / "claims.md", claims_text)
+    outputs["claims.md"] = claims_text
     record = {
         "profile": profile,
         "seeds": seeds,
@@ -317,15 +384,17 @@ def main(argv: list[str] | None = None) -> None:
         **({"second_draw": {**second, "machines": second_machines}} if second else {}),
         "claims": claims,
     }
-    write_text(args.out / "claims.json", json.dumps(record, indent=2) + "\n")
+    outputs["claims.json"] = json.dumps(record, indent=2) + "\n"
     sections.append(claims_text)
-    write_text(
-        args.out / "tables.md",
-        f"## Reproduced tables (profile `{profile}`, its runs in {args.runs})\n\n{machines}\n\n" + "\n".join(sections),
+    outputs["tables.md"] = (
+        f"## Reproduced tables (profile `{profile}`, its runs in {args.runs})\n\n{machines}\n\n" + "\n".join(sections)
     )
-    write_text(args.out / "summary.json", json.dumps({"profile": profile, **summary}, indent=2, sort_keys=True) + "\n")
+    outputs["summary.json"] = json.dumps({"profile": profile, **summary}, indent=2, sort_keys=True) + "\n"
+    plots = plot_files(args.runs, seeds, built_tables, fix) if args.plots else {}
+    for name, text in outputs.items():
+        write_text(args.out / name, text)
     if args.plots:
-        write_plot_data(args.runs, seeds, built_tables, args.plots)
+        write_plot_data(args.runs, seeds, built_tables, args.plots, fix, plots)
     log_to_wandb(
         built_tables,
         args.wandb_mode,
@@ -339,4 +408,5 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
-    main()
+    with one_line_errors():  # a bad run or params file: one error line naming it, exit code 2
+        main()

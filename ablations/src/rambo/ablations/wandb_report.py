@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-import yaml
+from rambo.harness.run_files import one_line_errors, read_yaml
 
 from .paper_numbers import TABLES
 
@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--print", action="store_true", help="print the report's structure; save nothing")
     args = parser.parse_args(argv)
-    params = yaml.safe_load(args.params.read_text())
+    from .tables import PARAMS, PARAMS_FIX
+
+    params = read_yaml(args.params, PARAMS_FIX, PARAMS)
     if args.print:
         print("\n".join(structure(build_report(params, args.entity or "ENTITY"))))
         return 0
@@ -148,4 +150,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with one_line_errors():  # a bad params file: one error line naming it, exit code 2
+        raise SystemExit(main())

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from rambo.harness.numerics import start_command
+from rambo.harness.run_files import one_line_errors
 
 from .figure_style import NEGATIVE, POSITIVE, save_figure, save_numbers
 from .score_distributions import load_pair_scores, summary
@@ -89,4 +90,5 @@ def main(argv=None) -> dict:
 
 if __name__ == "__main__":
     start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
-    print(main())
+    with one_line_errors():  # a bad score dump: one error line naming it, exit code 2
+        print(main())

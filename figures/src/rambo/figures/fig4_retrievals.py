@@ -17,6 +17,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from rambo.harness.numerics import start_command
+from rambo.harness.run_files import one_line_errors
 
 from .figure_style import NEGATIVE, OKABE_ITO, POSITIVE, save_figure, save_numbers
 from .retrieval_examples import as_image, load_retrievals, thumbnail, with_border
@@ -92,4 +93,5 @@ def main(argv=None) -> dict:
 
 if __name__ == "__main__":
     start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
-    print(main())
+    with one_line_errors():  # a bad retrieval dump or image: one error line naming it, exit code 2
+        print(main())

@@ -19,6 +19,7 @@ import torch
 
 from rambo.core import exact_rank
 from rambo.harness.numerics import start_command
+from rambo.harness.run_files import one_line_errors
 
 from .blackbox_interpolation import blackbox_interpolation
 from .fastap_soft_rank import fastap_soft_rank
@@ -87,4 +88,5 @@ def main(argv=None) -> dict:
 
 if __name__ == "__main__":
     start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
-    print(main())
+    with one_line_errors():  # a bad SoDeep checkpoint: one error line naming it, exit code 2
+        print(main())

@@ -1,4 +1,5 @@
-"""Shared look of every figure: the Agg backend, the Okabe-Ito palette, and atomic PNG + PDF output.
+"""Shared look of every figure: the Agg backend, the Okabe-Ito palette, and atomic PNG + PDF output;
+and what a figure's error says to do about a bad export it reads (:func:`export_fix`).
 
 The Okabe-Ito colours stay distinguishable under the common forms of colour blindness; sequential
 maps use ``cividis`` for the same reason. Figures are written through a temporary file and
@@ -77,3 +78,14 @@ def save_numbers(numbers: dict, out_dir: Path, name: str) -> Path:
 
     _replace_atomically(path, write)
     return path
+
+
+def export_fix(path: Path) -> str:
+    """What to do about a bad export of the retrieval pipeline (``results/<profile>/exports/<experiment>/``)."""
+    path = Path(path)
+    stage = (
+        f" (the pipeline: `dvc repro retrieval_export@{path.parent.name}`)"
+        if path.parent.parent.name == "exports"
+        else ""
+    )
+    return f"write it again with `python -m rambo.retrieval.export`{stage}"

@@ -4,7 +4,9 @@ The input is a ``.npz`` with
 ``query``: ``[Q]`` image paths (str) or ``[Q, H, W, 3]`` uint8 images;
 ``results``: ``[Q, K]`` image paths or ``[Q, K, H, W, 3]`` uint8 images, best result first;
 ``correct``: ``[Q, K]`` bool, whether each result has the query's class.
-Relative paths are taken relative to an image root (the dataset folder).
+Relative paths are taken relative to an image root (the dataset folder). A dump (or an image it
+names) that is missing, damaged or not of that form is a
+:class:`rambo.harness.run_files.RunFileError` naming the file and what to do.
 """
 
 from __future__ import annotations
@@ -14,26 +16,25 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from rambo.harness.run_files import bad_file, read_npz
+
+from .figure_style import export_fix
+
 
 def load_retrievals(path: Path) -> dict:
     """Read and check a retrieval dump; returns ``{"query", "results", "correct"}`` numpy arrays."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"retrieval file not found: {path}")
-    with np.load(path, allow_pickle=False) as archive:
-        missing = {"query", "results", "correct"} - set(archive.files)
-        if missing:
-            raise ValueError(
-                f"{path.name} lacks the array(s) {sorted(missing)}; it needs 'query', 'results', 'correct'"
-            )
-        dump = {key: archive[key] for key in ("query", "results", "correct")}
+    fix = export_fix(path)
+    dump = read_npz(path, fix, ("query", "results", "correct"))
     if dump["correct"].ndim != 2:
-        raise ValueError(f"{path.name}: correct must be [queries, k], got shape {dump['correct'].shape}")
+        raise bad_file(path, f"correct must be [queries, k], got shape {dump['correct'].shape}", fix)
     q, k = dump["correct"].shape
-    if len(dump["query"]) != q or dump["results"].shape[:2] != (q, k):
-        raise ValueError(
-            f"{path.name}: query {dump['query'].shape}, results {dump['results'].shape} and correct "
-            f"{dump['correct'].shape} disagree on the number of queries / results"
+    if dump["query"].ndim < 1 or len(dump["query"]) != q or dump["results"].shape[:2] != (q, k):
+        raise bad_file(
+            path,
+            f"query {dump['query'].shape}, results {dump['results'].shape} and correct "
+            f"{dump['correct'].shape} disagree on the number of queries / results",
+            fix,
         )
     dump["correct"] = dump["correct"].astype(bool)
     return dump
@@ -48,10 +49,14 @@ def as_image(item, image_root: Path | None) -> np.ndarray:
     path = Path(str(item))
     if not path.is_absolute() and image_root is not None:
         path = Path(image_root) / path
+    fix = "the retrieval dump names it: pass --image-root, the dataset folder its relative paths start from"
     if not path.is_file():
-        raise ValueError(f"image not found: {path} (pass --image-root for relative paths)")
-    with Image.open(path) as image:
-        return np.asarray(image.convert("RGB"))
+        raise bad_file(path, "image not found", fix)
+    try:
+        with Image.open(path) as image:
+            return np.asarray(image.convert("RGB"))
+    except OSError as error:  # PIL's UnidentifiedImageError among them: not an image, or cut short
+        raise bad_file(path, f"not a readable image ({error})", "replace it with the dataset's own copy") from None
 
 
 def thumbnail(image: np.ndarray, size: int) -> np.ndarray:

@@ -1,47 +1,45 @@
 """Positive and negative pair scores of a trained model, read from the retrieval pipeline's score dumps.
 
 A dump is a ``.npz`` (``numpy.savez``) or ``.pt`` (``torch.save`` of a dict) holding ``scores``
-(float, any shape, e.g. ``[queries, items]``) and ``relevant`` (bool or 0/1, the same shape).
+(float, any shape, e.g. ``[queries, items]``) and ``relevant`` (bool or 0/1, the same shape). A
+dump that is missing, damaged or not of that form is a :class:`rambo.harness.run_files.RunFileError`
+naming the file and how to write it again.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import torch
+
+from rambo.harness.run_files import bad_file, read_npz, read_torch
+
+from .figure_style import export_fix
 
 
 def load_pair_scores(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """``(positive scores [P], negative scores [M])`` as float64 from a score dump."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"score file not found: {path}")
+    path, fix = Path(path), export_fix(path)
+    if path.suffix not in (".npz", ".pt"):
+        raise bad_file(path, f"a score file must be .npz or .pt, not {path.suffix or 'a name without a suffix'}", fix)
     if path.suffix == ".npz":
-        with np.load(path) as archive:
-            contents = {key: torch.from_numpy(archive[key]) for key in archive.files}
-    elif path.suffix == ".pt":
-        contents = {
-            key: torch.as_tensor(value)
-            for key, value in torch.load(path, map_location="cpu", weights_only=True).items()
-        }
+        contents = read_npz(path, fix, ("scores", "relevant"))
     else:
-        raise ValueError(f"score file must be .npz or .pt, got {path.name}")
-    missing = {"scores", "relevant"} - set(contents)
-    if missing:
-        raise ValueError(f"{path.name} lacks the array(s) {sorted(missing)}; it needs 'scores' and 'relevant'")
-    scores, relevant = contents["scores"].double(), contents["relevant"]
+        contents = read_torch(path, fix, {"scores": object, "relevant": object})
+    try:
+        scores, relevant = (torch.as_tensor(contents[key]) for key in ("scores", "relevant"))
+        scores = scores.double()
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise bad_file(path, f"scores and relevant must be numeric arrays ({error})", fix) from None
     if scores.shape != relevant.shape:
-        raise ValueError(
-            f"{path.name}: scores {tuple(scores.shape)} and relevant {tuple(relevant.shape)} differ in shape"
-        )
+        raise bad_file(path, f"scores {tuple(scores.shape)} and relevant {tuple(relevant.shape)} differ in shape", fix)
     if not bool(((relevant == 0) | (relevant == 1)).all()):
-        raise ValueError(f"{path.name}: relevant must be bool or 0/1")
+        raise bad_file(path, "relevant must be bool or 0/1", fix)
     if not bool(torch.isfinite(scores).all()):
-        raise ValueError(f"{path.name}: scores contain NaN or inf")
+        raise bad_file(path, "scores contain NaN or inf", fix)
     relevant = relevant.bool()
     if not bool(relevant.any()) or bool(relevant.all()):
-        raise ValueError(f"{path.name}: needs both relevant and irrelevant pairs")
+        raise bad_file(path, "needs both relevant and irrelevant pairs", fix)
     return scores[relevant].flatten(), scores[~relevant].flatten()
 
 

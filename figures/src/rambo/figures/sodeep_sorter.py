@@ -15,6 +15,10 @@ from pathlib import Path
 import torch
 
 from rambo.core import exact_rank
+from rambo.harness.run_files import bad_file, read_torch
+
+#: What is read of a checkpoint of ``train_sodeep.py``.
+CHECKPOINT = {"state_dict": dict, "config": {"hidden": int, "layers": int, "length": int}}
 
 
 class SoDeepSorter(torch.nn.Module):
@@ -60,16 +64,17 @@ def sorting_loss(sorter: SoDeepSorter, scores: torch.Tensor, kind: str = "l1") -
 
 
 def load_sorter(path: Path) -> tuple[SoDeepSorter, dict]:
-    """The trained sorter (eval mode) and its training record from a checkpoint of ``train_sodeep.py``."""
+    """The trained sorter (eval mode) and its training record from a checkpoint of ``train_sodeep.py``;
+    a missing or bad checkpoint is a :class:`rambo.harness.run_files.RunFileError` saying how to train it."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(
-            f"SoDeep checkpoint not found: {path}; train it first with "
-            f"`python -m rambo.figures.train_sodeep --out {path.parent}`"
-        )
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    if not {"state_dict", "config"} <= set(checkpoint):
-        raise ValueError(f"{path} is not a SoDeep checkpoint (needs 'state_dict' and 'config')")
-    sorter = SoDeepSorter(checkpoint["config"]["hidden"], checkpoint["config"]["layers"])
-    sorter.load_state_dict(checkpoint["state_dict"])
+    fix = (
+        f"train it (again) with `python -m rambo.figures.train_sodeep --out {path.parent}` "
+        "(the pipeline: `dvc repro figures_sodeep`)"
+    )
+    checkpoint = read_torch(path, fix, CHECKPOINT)
+    try:
+        sorter = SoDeepSorter(checkpoint["config"]["hidden"], checkpoint["config"]["layers"])
+        sorter.load_state_dict(checkpoint["state_dict"])
+    except (RuntimeError, TypeError, ValueError) as error:  # sizes below 1; tensors missing, unexpected, misshapen
+        raise bad_file(path, f"its state_dict does not fit its config ({str(error).splitlines()[0]})", fix) from None
     return sorter.eval(), checkpoint

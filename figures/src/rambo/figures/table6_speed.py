@@ -12,34 +12,30 @@ CPU and a GPU run to draw both. The paper's CPU and GPU rows come from
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
 from rambo.core.benchmark import PAPER_TABLE_6
 from rambo.harness.numerics import start_command
+from rambo.harness.run_files import ListOf, one_line_errors, read_json
 
 from .figure_style import OKABE_ITO, save_figure, save_numbers
 
 PAPER_LABELS = {"cpu": "paper Table 6, 1 Xeon Gold core", "cuda": "paper Table 6, Tesla V100"}
+_TIME = (float, None)
+#: What is read of a benchmark JSON (the schema of ``rambo.core.benchmark``).
+BENCHMARK = {
+    "meta?": {"threads?": (int, None), "device_name?": (str, None)},
+    "rows": ListOf({"n": int, "ours_ms": float, "sort_ms": float, "reference_ms?": _TIME, "device?": str}, least=1),
+}
 
 
 def load_benchmark(path: Path) -> dict:
-    """A benchmark JSON, checked: rows sorted by length, each with ``n``, ``ours_ms`` and ``sort_ms``."""
+    """A benchmark JSON, checked: rows sorted by length, each with ``n``, ``ours_ms`` and ``sort_ms``;
+    a missing or bad file is a :class:`rambo.harness.run_files.RunFileError` saying how to write it."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"benchmark file not found: {path}; write it with `make bench`")
-    try:
-        bench = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not valid JSON: {error}") from error
-    if not isinstance(bench, dict) or not isinstance(bench.get("rows"), list) or not bench["rows"]:
-        raise ValueError(f"{path} needs a non-empty 'rows' list (the schema of rambo.core.benchmark)")
-    for row in bench["rows"]:
-        missing = {"n", "ours_ms", "sort_ms"} - set(row)
-        if missing:
-            raise ValueError(f"{path}: a row lacks {sorted(missing)}: {row}")
+    bench = read_json(path, "write it with `make bench` (python -m rambo.core.benchmark)", BENCHMARK)
     bench["rows"] = sorted(bench["rows"], key=lambda row: row["n"])
     bench.setdefault("meta", {})
     return bench
@@ -137,4 +133,5 @@ def main(argv=None) -> dict:
 
 if __name__ == "__main__":
     start_command()  # the numerics mode in force, or one line naming what is missing (rambo.harness.numerics)
-    print(main())
+    with one_line_errors():  # a bad benchmark file: one error line naming it, exit code 2
+        print(main())

@@ -99,16 +99,19 @@ def give_default_permissions(path: str | os.PathLike) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, suffix: str = ".tmp"):
+def atomic_path(path: str | os.PathLike, suffix: str = ".tmp", prefix: str | None = None):
     """Yield a temporary path beside ``path``; on success it is renamed to ``path``.
 
     On any exception the temporary file is removed and ``path`` is left as it was. ``suffix`` is
     the temporary file's ending, for writers that choose a format by it (``np.savez`` adds
-    ``.npz`` to names without it; matplotlib reads the format from the suffix).
+    ``.npz`` to names without it; matplotlib reads the format from the suffix). ``prefix`` replaces
+    the name's start, ``.<name>.``, for writers that record who writes the file in its name
+    (downloads: :mod:`.download`); 8 random characters follow it.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    prefix = f".{path.name}." if prefix is None else prefix
+    handle, name = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
     os.close(handle)
     temporary = Path(name)
     try:

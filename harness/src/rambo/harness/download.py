@@ -8,6 +8,11 @@ hand: nothing is checksummed or extracted again); otherwise it verifies a file p
 
 A download streams into a temporary sibling of its target and is renamed only once complete and
 its MD5 matches (:func:`rambo.harness.atomic.atomic_path`: usual ``0o666 & ~umask`` permissions).
+That partial file, ``.<name>.<host>-<process>-<start>-<URL key>-<random>.part``, names the process
+writing it and the URL it comes from, so that a download killed mid-copy (``SIGKILL``, a node lost)
+is dealt with by the next download of the same file into the same folder
+(:func:`settle_partial_downloads`): resumed with an HTTP range request where that is safe, else
+removed; the partial file of a download still running is never touched.
 A pinned MD5 is compared case-insensitively, surrounding whitespace stripped. Every failure
 (offline, timeouts, HTTP errors, a web page served instead of the file, a short transfer, a wrong
 checksum) ends in a :class:`DownloadError` whose message holds the manual steps; a local failure
@@ -20,6 +25,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import http.client
+import itertools
 import os
 import re
 import shutil
@@ -33,7 +39,15 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .atomic import atomic_path
-from .extract import ArchiveError, EncryptedArchiveError, extract, remove_stale_staging
+from .extract import (
+    ArchiveError,
+    EncryptedArchiveError,
+    _has_ended,
+    _host,
+    _process_start,
+    extract,
+    remove_stale_staging,
+)
 
 CHUNK_BYTES = 1 << 20
 TIMEOUT_S = 60  # seconds without a byte before a connection counts as failed
@@ -42,6 +56,8 @@ _HTML_STARTS = (b"<!doctype html", b"<html", b"<head")
 # (OSError), broken HTTP responses, and malformed URLs (ValueError).
 _NETWORK_ERRORS = (OSError, http.client.HTTPException, ValueError)
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+_RESUMABLE = ("http://", "https://")  # a file:// URL (a local mirror) is copied again: no range requests
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
 class DownloadError(RuntimeError):
@@ -153,23 +169,167 @@ def _looks_like_html(first_chunk: bytes) -> bool:
     return first_chunk[:64].lstrip().lower().startswith(_HTML_STARTS)
 
 
-def _stream(url: str, partial: Path, name: str, show_progress: bool, timeout: float, state: dict) -> str:
+def _pause(point: str) -> None:
+    """A point of a download where a test's worker process stops, to be killed there
+    (``download_worker.py``): ``"written"`` (a chunk was written to the partial file). Nothing here."""
+
+
+def _url_key(url: str) -> str:
+    """12 hexadecimal digits of the URL's SHA-256: a partial file's record of the URL it comes from."""
+    return hashlib.sha256(url.encode()).hexdigest()[:12]
+
+
+def _partial_prefix(name: str, url: str) -> str:
+    """The start of the partial file of this process's download of ``name`` from ``url``."""
+    pid = os.getpid()
+    return f".{name}.{_host()}-{pid}-{_process_start(pid) or 'none'}-{_url_key(url)}-"
+
+
+def settle_partial_downloads(
+    target: str | os.PathLike, urls: Sequence[str], md5: str | None = None
+) -> dict[str, tuple[Path, int]]:
+    """Deal with the partial files that killed downloads of ``target`` left in its folder; return,
+    per URL of ``urls``, the one to resume and the process that wrote it.
+
+    A partial file whose process, on this host, has ended is kept to be resumed when that is safe:
+    it came from one of ``urls`` over ``http(s)``, and ``md5`` is pinned, so that the whole file is
+    verified (the largest of several from one URL). The others of ended processes are removed. The
+    partial file of a process still running is left to it; one made on another host, or by a
+    version that did not record its process, may belong to a running download: it is left, with a
+    warning saying when to delete it. Each is named on stderr.
+    """
+    target = Path(target)
+    start = re.escape(f".{target.name}.")
+    ours = re.compile(
+        start + r"(?P<host>[A-Za-z0-9.-]+)-(?P<pid>\d+)-(?P<start>\d+|none)-(?P<url>[0-9a-f]{12})-[a-z0-9_]{8}\.part"
+    )
+    unrecorded = re.compile(start + r"[a-z0-9_]{8}\.part")
+    try:
+        entries = sorted(
+            (
+                e
+                for e in os.scandir(target.parent)
+                if e.name.startswith(f".{target.name}.") and e.name.endswith(".part")
+            ),
+            key=lambda entry: entry.name,
+        )
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    resumable = {_url_key(url): url for url in urls if md5 is not None and url.startswith(_RESUMABLE)}
+    ended: list[tuple[int, str, Path, int]] = []  # (size, url key, path, pid) of files whose writer has ended
+    for entry in entries:
+        if not entry.is_file(follow_symlinks=False):
+            continue
+        match = ours.fullmatch(entry.name)
+        if match and match["host"] == _host():
+            pid = int(match["pid"])
+            if not _has_ended(pid, match["start"]):
+                print(
+                    f"{entry.path} is left as it is: process {pid} is downloading {target.name} into it",
+                    file=sys.stderr,
+                )
+                continue
+            try:
+                ended.append((entry.stat(follow_symlinks=False).st_size, match["url"], Path(entry.path), pid))
+            except FileNotFoundError:  # removed or taken over by another download meanwhile
+                pass
+        elif match or unrecorded.fullmatch(entry.name):
+            who = (
+                f"process {match['pid']} on {match['host']}" if match else "a process an earlier version did not record"
+            )
+            print(
+                f"warning: {entry.path} is left as it is: a partial download of {target.name} by {who}, which may "
+                f"still run; delete it if no download of {target.name} into {target.parent} runs",
+                file=sys.stderr,
+            )
+    kept = {}
+    for key, group in itertools.groupby(sorted(ended, key=lambda e: (e[1], -e[0])), key=lambda e: e[1]):
+        for size, _, path, pid in group:
+            if key in resumable and resumable[key] not in kept and size > 0:
+                kept[resumable[key]] = (path, pid)
+                continue
+            _remove_partial(path, target.name, pid)
+    return kept
+
+
+def _remove_partial(path: Path, name: str, pid: int) -> None:
+    """Remove ``path``, the partial download of ``name`` by process ``pid`` (ended), saying so on stderr."""
+    try:
+        size = f" ({_size(path.stat().st_size)})"
+        path.unlink()
+    except FileNotFoundError:  # removed or taken over by another download meanwhile
+        return
+    print(f"removed {path}: a partial download of {name}{size} by process {pid}, which has ended", file=sys.stderr)
+
+
+def _take_over(partial: Path, leftover: Path, pid: int, url: str, name: str) -> int:
+    """Move the partial file ``leftover`` (of process ``pid``, which has ended) to ``partial``, this
+    download's own; the bytes it holds (0 when another download took it first)."""
+    try:
+        os.replace(leftover, partial)  # one step: of several downloads taking it over, one gets it
+    except FileNotFoundError:
+        return 0
+    size = partial.stat().st_size
+    print(
+        f"resuming {name} from {url} at byte {size} ({_size(size)}): the partial download {leftover} of "
+        f"process {pid}, which has ended",
+        file=sys.stderr,
+    )
+    return size
+
+
+def _resumed_from(response, headers, offset: int) -> int:
+    """Where the body of ``response`` to a range request from byte ``offset`` starts: ``offset`` when the
+    server sends that range (status 206, ``Content-Range: bytes <offset>-...``), 0 when it sends the whole file."""
+    status = getattr(response, "status", None)
+    found = _CONTENT_RANGE.fullmatch((headers.get("Content-Range") or "").strip())
+    if status != 206:
+        return 0
+    if found is None or int(found[1]) != offset:
+        raise _Refused(f"asked for the bytes from {offset} on, got Content-Range {headers.get('Content-Range')!r}")
+    return offset
+
+
+def _stream(
+    url: str, partial: Path, name: str, show_progress: bool, timeout: float, state: dict, offset: int = 0
+) -> str:
     """Write what ``url`` serves to ``partial`` (the download of file ``name``); return its MD5.
-    ``state["total"]`` is set to the size the server announces (0: none)."""
+    ``state["total"]`` is set to the size the server announces (0: none). With ``offset``, the
+    bytes from there on are asked for (an HTTP range request) and written after the first
+    ``offset`` bytes of ``partial``; a server that sends the whole file instead has it written
+    from the start. ``state["resumed"]`` says whether the bytes were added."""
     digest = hashlib.md5()
     html_expected = name.lower().endswith((".html", ".htm"))
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+    request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"}) if offset else url
+    state["resumed"] = False
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         headers = response.headers or {}
         content_type = headers.get("Content-Type", "") or ""
         if content_type.startswith("text/html") and not html_expected:
             # Google Drive quota pages and expired mirrors answer with a web page instead of the file.
             raise _Refused(f"got a web page (Content-Type {content_type}) instead of the file")
-        total = state["total"] = int(headers.get("Content-Length") or 0)
-        written = 0
+        start = _resumed_from(response, headers, offset) if offset else 0
+        if offset and not start:
+            print(
+                f"{url} sends the whole file, not the bytes from {offset} on: {name} is downloaded from the start",
+                file=sys.stderr,
+            )
+        if start:  # the bytes kept count in the MD5 of the whole file
+            with open(partial, "rb") as handle:
+                for chunk in iter(lambda: handle.read(min(CHUNK_BYTES, start - handle.tell())), b""):
+                    digest.update(chunk)
+        length = int(headers.get("Content-Length") or 0)
+        total = state["total"] = start + length if length else 0
+        state["resumed"] = bool(start)
+        written = start
         with (
-            open(partial, "wb") as handle,
-            tqdm(total=total or None, unit="B", unit_scale=True, desc=name, disable=not show_progress) as progress,
+            open(partial, "r+b") as handle,
+            tqdm(
+                total=total or None, initial=start, unit="B", unit_scale=True, desc=name, disable=not show_progress
+            ) as progress,
         ):
+            handle.seek(start)
+            handle.truncate()
             for chunk in iter(lambda: response.read(CHUNK_BYTES), b""):
                 if written == 0 and not html_expected and _looks_like_html(chunk):
                     raise _Refused("got a web page instead of the file")
@@ -177,9 +337,36 @@ def _stream(url: str, partial: Path, name: str, show_progress: bool, timeout: fl
                 digest.update(chunk)
                 written += len(chunk)
                 progress.update(len(chunk))
+                _pause("written")
     if total and written != total:
         raise _Refused(f"the transfer ended after {written} of {total} bytes")
     return digest.hexdigest()
+
+
+def _resume(
+    url: str, partial: Path, name: str, md5: str, show_progress: bool, timeout: float, state: dict, offset: int
+) -> str:
+    """:func:`_stream` from byte ``offset`` on into ``partial``, which holds the bytes before; the
+    MD5 of the whole file. A resumed file whose MD5 is not ``md5`` (its first part may come from
+    another version of the file) and a server that refuses the range are downloaded again from the start."""
+    try:
+        found = _stream(url, partial, name, show_progress, timeout, state, offset)
+    except urllib.error.HTTPError as error:
+        if error.code != 416:  # 416: range not satisfiable, e.g. a download killed after its last byte
+            raise
+        found = md5_of(partial)
+        if found == md5:
+            return found
+        print(f"{url} refuses the bytes from {offset} on: {name} is downloaded from the start", file=sys.stderr)
+        return _stream(url, partial, name, show_progress, timeout, state)
+    if state["resumed"] and found != md5:
+        print(
+            f"{name} resumed from {url} has MD5 {found}, expected {md5}: the bytes downloaded before may be of "
+            f"another version of the file; it is downloaded again from the start",
+            file=sys.stderr,
+        )
+        return _stream(url, partial, name, show_progress, timeout, state)
+    return found
 
 
 def fetch_file(
@@ -200,7 +387,8 @@ def fetch_file(
     one, the MD5 found is printed. ``show_progress=None`` shows a progress bar only when stderr is
     a terminal. Raises :class:`DownloadError` (with the manual steps; ``homepage`` and ``ready``
     are mentioned in them) when no URL gives the file, and at once when this machine's disk
-    fails (full, or ``target`` cannot be written or read).
+    fails (full, or ``target`` cannot be written or read). Partial files of killed downloads of
+    ``target`` are resumed or removed first (:func:`settle_partial_downloads`).
     """
     target = Path(target)
     if md5 is not None:
@@ -211,6 +399,7 @@ def fetch_file(
                 f"against it. Correct the pin (md5sum prints the MD5 of a copy you trust)."
             )
     steps = manual_steps(target, urls, md5, homepage, ready)
+    leftovers = settle_partial_downloads(target, () if target.exists() else urls, md5)
     if target.exists():
         try:
             found = md5_of(target)
@@ -233,8 +422,12 @@ def fetch_file(
     for url in urls:
         state = {"total": 0}
         try:
-            with atomic_path(target, suffix=".part") as partial:
-                found = _stream(url, partial, target.name, show_progress, timeout, state)
+            with atomic_path(target, suffix=".part", prefix=_partial_prefix(target.name, url)) as partial:
+                offset = _take_over(partial, *leftovers.pop(url), url, target.name) if url in leftovers else 0
+                if offset:
+                    found = _resume(url, partial, target.name, md5, show_progress, timeout, state, offset)
+                else:
+                    found = _stream(url, partial, target.name, show_progress, timeout, state)
                 if md5 is not None and found != md5:
                     raise _Refused(f"MD5 {found}, expected {md5}")
         except (_Refused, *_NETWORK_ERRORS) as error:
@@ -245,6 +438,8 @@ def fetch_file(
             continue
         if md5 is None:
             print(f"{target.name}: MD5 {found} (not verified)", file=sys.stderr)
+        for path, pid in leftovers.values():  # of URLs after the one that served the file
+            _remove_partial(path, target.name, pid)
         return target
     raise DownloadError(f"could not download {target.name}:\n" + "\n".join(failures) + "\n" + steps)
 
@@ -292,6 +487,7 @@ def ensure_dataset(
                 f"found {found}: the data of {item.filename} is in place, not downloaded or extracted again",
                 file=sys.stderr,
             )
+            settle_partial_downloads((archive_dir if item.extract else root) / item.filename, ())
             placed.append(found)
             continue
         lying = next((root / p for p in item.archive_at if (root / p).is_file()), None) if item.extract else None
