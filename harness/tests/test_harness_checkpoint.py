@@ -1,3 +1,5 @@
+import errno
+import os
 import pickle
 import random
 
@@ -72,3 +74,51 @@ def test_a_damaged_checkpoint_is_one_named_error_with_its_path_and_what_to_do(tm
         "empty": "it is empty",
     }[damage]
     assert expected in error.reason
+
+
+def test_a_set_aside_takes_a_free_name_and_never_replaces_a_file(tmp_path):
+    """``.damaged`` taken by a file, ``.damaged.1`` by a link that points nowhere: the third name."""
+    from rambo.harness.checkpoint import set_aside
+    from rambo.harness.testing import tree_digest
+
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"third")
+    (tmp_path / "checkpoint.pt.damaged").write_bytes(b"first")
+    (tmp_path / "checkpoint.pt.damaged.1").symlink_to(tmp_path / "nowhere")
+    before = tree_digest(tmp_path)
+    aside = set_aside(path, "damaged")
+    assert aside == tmp_path / "checkpoint.pt.damaged.2" and not path.exists()
+    after = tree_digest(tmp_path)
+    assert after.pop("checkpoint.pt.damaged.2") == before.pop("checkpoint.pt")
+    assert after == before and os.readlink(tmp_path / "checkpoint.pt.damaged.1") == str(tmp_path / "nowhere")
+
+
+def test_a_set_aside_on_a_file_system_without_hard_links_reserves_its_name_first(tmp_path, monkeypatch):
+    from rambo.harness.checkpoint import set_aside
+
+    def no_links(*args, **kwargs):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    (tmp_path / "checkpoint.pt.stale").write_bytes(b"first")
+    (tmp_path / "checkpoint.pt").write_bytes(b"second")
+    assert set_aside(tmp_path / "checkpoint.pt", "stale") == tmp_path / "checkpoint.pt.stale.1"
+    assert (tmp_path / "checkpoint.pt.stale").read_bytes() == b"first"
+    assert (tmp_path / "checkpoint.pt.stale.1").read_bytes() == b"second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt.stale", "checkpoint.pt.stale.1"]
+
+
+def test_cuda_states_of_another_number_of_devices_are_the_users_to_fix(monkeypatch):
+    """A checkpoint of a 2-GPU run resumed on a machine with 1 GPU: an input error (one line, exit 2)."""
+    from rambo.harness.checkpoint import DeviceCountMismatch
+    from rambo.harness.config_check import InputError
+
+    states = rng_states()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(DeviceCountMismatch) as caught:
+        set_rng_states({**states, "cuda": [torch.zeros(16, dtype=torch.uint8)] * 2})
+    assert isinstance(caught.value, InputError) and isinstance(caught.value, ValueError)
+    assert str(caught.value) == (
+        "checkpoint holds 2 CUDA generator states, this machine has 1 devices: resume on as many devices"
+    )

@@ -236,3 +236,51 @@ def test_of_runs_taking_over_one_stale_claim_at_once_exactly_one_does(tmp_path):
     release.touch()
     assert [process.wait(timeout=60) for process in workers] == [0, 3, 3]
     assert sorted(path.name for path in folder.iterdir()) == []
+
+
+def test_a_job_folder_claimed_before_hydra_writes_is_kept_by_the_run_that_trains_there(tmp_path, caplog):
+    """claim_job_folder (Hydra's logging setup of the job) takes the claim; the run's own
+    claim_folders keeps that very claim (no second claim, no takeover), and gives it back at the end."""
+    from rambo.harness.claim import claim_job_folder, held
+
+    claim_job_folder(str(tmp_path), "mine seed 0")
+    recorded = (tmp_path / CLAIM_NAME).read_text()
+    job = held(tmp_path)
+    with caplog.at_level("WARNING", logger="rambo.harness.claim"):
+        claims = claim_folders([tmp_path, tmp_path / "checkpoints"], "mine seed 0")
+    assert caplog.messages == []
+    assert job in claims and (tmp_path / CLAIM_NAME).read_text() == recorded
+    for claim in claims:
+        claim.release()
+    assert held(tmp_path) is None and not (tmp_path / CLAIM_NAME).exists()
+
+
+def test_a_job_folder_another_run_holds_stops_the_job_before_it_writes(tmp_path, capsys):
+    from rambo.harness.claim import claim_job_folder
+    from rambo.harness.testing import held_by_another_process, tree_digest
+
+    (tmp_path / "train.log").write_text("the other run's log\n")
+    with held_by_another_process(tmp_path, "other seed 0") as holder:
+        before = tree_digest(tmp_path)
+        with pytest.raises(SystemExit) as stopped:
+            claim_job_folder(str(tmp_path), "mine seed 1")
+        assert tree_digest(tmp_path) == before
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path} is claimed by run 'other seed 0' (host {holder['host']}, process {holder['pid']}, since "
+        f"{holder['since']}); this run ('mine seed 1') would overwrite its checkpoint and metrics there, so it stops "
+        "before writing anything. Give this run a folder of its own (hydra.run.dir=...), or wait for that run to end. "
+        f"If that run is gone (killed on another host, no scheduler to requeue it), delete {tmp_path / CLAIM_NAME} "
+        "and start again.\n"
+    )
+
+
+def test_the_other_processes_of_a_distributed_run_claim_no_job_folder(tmp_path, monkeypatch):
+    """Under torchrun every process sets up Hydra's logging; only the main one claims (else the
+    first to arrive would refuse its own main process)."""
+    from rambo.harness.claim import claim_job_folder, held
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    claim_job_folder(str(tmp_path), "mine seed 0")
+    assert held(tmp_path) is None and list(tmp_path.iterdir()) == []

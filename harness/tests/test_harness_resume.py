@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from rambo.harness.checkpoint import load_checkpoint, save_checkpoint
 from rambo.harness.resume import RunExistsError, check_policy, checkpoint_to_resume, renamed, run_identity
@@ -117,3 +118,91 @@ def test_a_moved_key_at_its_new_names_default_and_a_checkpoint_written_after_the
     # a checkpoint that has the new key already keeps both keys as they are
     saved = {"data.margin": 0.1, "loss.margin": 0.02}
     assert renamed(saved, RENAMES, config) == saved
+
+
+def test_a_second_checkpoint_of_another_run_set_aside_keeps_the_first(tmp_path, caplog):
+    """``resume=auto`` over another run's checkpoint twice: ``.stale`` then ``.stale.1`` (and the
+    epoch before's beside each), every byte of both kept, and the log says where each went."""
+    from rambo.harness.testing import md5
+
+    path, previous = tmp_path / "checkpoint.pt", tmp_path / "checkpoint.prev.pt"
+    kept = {}
+    for number, seed in enumerate((1, 2)):
+        save_checkpoint({"identity": {"seed": seed}, "epoch": 2}, path)
+        save_checkpoint({"identity": {"seed": seed}, "epoch": 1}, previous)
+        kept[number] = (md5(path), md5(previous))
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="rambo.harness.resume"):
+            assert checkpoint_to_resume(path, "auto", {"seed": 0}) is None
+        suffix = ".stale" if number == 0 else ".stale.1"
+        assert caplog.messages == [
+            f"{path} was written by a different configuration (seed: {seed} -> 0): set aside {path} as "
+            f"{path}{suffix} and {previous} as {previous}{suffix}; starting over"
+        ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint.prev.pt.stale",
+        "checkpoint.prev.pt.stale.1",
+        "checkpoint.pt.stale",
+        "checkpoint.pt.stale.1",
+    ]
+    assert (md5(tmp_path / "checkpoint.pt.stale"), md5(tmp_path / "checkpoint.prev.pt.stale")) == kept[0]
+    assert (md5(tmp_path / "checkpoint.pt.stale.1"), md5(tmp_path / "checkpoint.prev.pt.stale.1")) == kept[1]
+
+
+def test_a_second_damaged_checkpoint_set_aside_keeps_the_first(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    for damage in (b"first", b"second"):
+        path.write_bytes(damage)
+        assert checkpoint_to_resume(path, "auto", {"seed": 0}) is None
+    assert (tmp_path / "checkpoint.pt.damaged").read_bytes() == b"first"
+    assert (tmp_path / "checkpoint.pt.damaged.1").read_bytes() == b"second"
+
+
+@pytest.mark.parametrize("policy", [True, False])
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ({"a": 1}, "it holds a dict of 'a', without the identity and epoch of a run"),
+        (torch.zeros(3), "it holds a Tensor, not a checkpoint dict"),
+    ],
+)
+def test_a_file_that_holds_no_run_is_neither_continued_nor_overwritten(tmp_path, policy, content, reason):
+    from rambo.harness.config_check import InputError
+    from rambo.harness.resume import NotThisAppsCheckpoint
+
+    path = tmp_path / "checkpoint.pt"
+    torch.save(content, path)
+    before = path.read_bytes()
+    with pytest.raises(NotThisAppsCheckpoint) as caught:
+        checkpoint_to_resume(path, policy, {"seed": 0}, app="rambo.example.train")
+    assert isinstance(caught.value, InputError)
+    assert str(caught.value) == (
+        f"{path} is not a checkpoint of rambo.example.train ({reason}); this run neither continues nor overwrites "
+        "it. Move it away, or give this run a folder of its own (hydra.run.dir=..., or checkpoint_path=...), or run "
+        "with resume=auto, which sets it aside (renamed checkpoint.pt.stale)"
+    )
+    assert path.read_bytes() == before
+    assert checkpoint_to_resume(path, "auto", {"seed": 0}) is None  # auto: set aside as another run's
+    assert (tmp_path / "checkpoint.pt.stale").read_bytes() == before and not path.exists()
+
+
+def test_every_refusal_of_a_checkpoint_is_an_input_error(tmp_path):
+    """The apps print an InputError as one ``error:`` line and exit with code 2."""
+    from rambo.harness.claim import FolderClaimedError
+    from rambo.harness.config_check import InputError
+    from rambo.harness.resume import DifferentRun
+
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint({"identity": {"seed": 0}, "epoch": 1}, path)
+    with pytest.raises(RunExistsError) as exists:
+        checkpoint_to_resume(path, False, {"seed": 0})
+    with pytest.raises(DifferentRun) as different:
+        checkpoint_to_resume(path, True, {"seed": 1})
+    assert str(different.value) == (
+        f"{path} was written by a different configuration (seed: 0 -> 1); resume=true continues only the same run. "
+        "Give this run a folder of its own (hydra.run.dir=..., or checkpoint_path=...), or run with resume=auto, "
+        "which sets that checkpoint aside (renamed checkpoint.pt.stale) and starts over"
+    )
+    for error in (exists.value, different.value, FolderClaimedError("x")):
+        assert isinstance(error, InputError)
+    assert isinstance(exists.value, FileExistsError) and isinstance(different.value, ValueError)

@@ -445,10 +445,15 @@ def test_two_jobs_given_one_output_folder_one_trains_and_the_other_stops_at_once
         check=False,
     )
     seconds = time.time() - started
-    assert done.returncode != 0 and "FolderClaimedError" in done.stderr  # the multirun reports the refused job
-    logs = {name: text for name, text in job_logs(sweep_dir).items() if name.endswith("_log.out")}
-    errors = [text for text in logs.values() if "is claimed by run" in text]  # the refused job's own log says why
-    assert len(logs) == 2 and len(errors) == 1, list(logs)
+    assert done.returncode != 0 and "is claimed by run" in done.stderr  # the multirun reports the refused job
+    found = job_logs(sweep_dir)
+    logs = {  # each job's stdout and stderr: the refusal is one `error:` line on stderr (exit code 2)
+        name: text + found.get(name.removesuffix(".out") + ".err", "")
+        for name, text in found.items()
+        if name.endswith("_log.out")
+    }
+    errors = [text for text in logs.values() if "error: " in text and "is claimed by run" in text]
+    assert len(logs) == 2 and len(errors) == 1, list(found)
     (refused,) = errors
     assert "epoch 1/" not in refused  # it stopped before training
     assert str(folder) in refused and re.search(r"claimed by run 'synthetic_log seed [01]'", refused), refused[-2000:]

@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from rambo.harness.atomic import DiskFullError
 from rambo.harness.checkpoint import DamagedCheckpoint
-from rambo.harness.config_check import stop, stop_on_problems
+from rambo.harness.config_check import InputError, stop, stop_on_problems
 from rambo.harness.distributed import (
     ShardedBatchSampler,
     barrier,
@@ -53,11 +53,12 @@ from .voc import VOC_CLASSES, VOCDetectionDataset, collate_detection
 from .warm_start import load_initial_weights
 
 CLASS_LISTS = {"voc": VOC_CLASSES, "synthetic": SYNTHETIC_CLASSES}
+APP = "rambo.detection.train"  # the command, as messages name it
 
 
 def class_names(data: DictConfig) -> tuple[str, ...]:
     if data.classes not in CLASS_LISTS:
-        raise ValueError(f"data.classes must be one of {sorted(CLASS_LISTS)}, got {data.classes!r}")
+        raise InputError(f"data.classes must be one of {sorted(CLASS_LISTS)}, got {data.classes!r}")
     return CLASS_LISTS[data.classes]
 
 
@@ -172,7 +173,10 @@ def train(cfg: DictConfig) -> dict:
         to_channels_last(model)
     started_from = {}
     if cfg.get("init_checkpoint"):  # before TrainingRun: a resumed checkpoint then overrides these weights
-        started_from["init_checkpoint_md5"] = load_initial_weights(model, cfg.init_checkpoint)
+        try:
+            started_from["init_checkpoint_md5"] = load_initial_weights(model, cfg.init_checkpoint)
+        except (ValueError, FileNotFoundError) as error:  # not a detector of this shape, or damaged: the user's file
+            raise InputError(f"init_checkpoint={cfg.init_checkpoint}: {error}") from None
     schedule = cfg.schedule
     optimizer = torch.optim.SGD(
         [p for p in model.parameters() if p.requires_grad],
@@ -193,6 +197,7 @@ def train(cfg: DictConfig) -> dict:
         identity_extra=started_from,
         device=device,
         wandb_keys=wandb_keys(cfg, "detection"),
+        app=APP,
     )
     train_seconds, train_images = 0.0, 0  # this invocation's, for the log's throughput (not checkpointed: a machine's)
     for epoch in run.epochs(schedule.epochs):
@@ -253,6 +258,8 @@ def main(cfg: DictConfig) -> None:  # noqa: D103 (the Hydra entry point; see the
         stop_on_problems(problems(cfg))  # a single run was checked before Hydra made its folder; a multirun's job here
         try:
             train(cfg)
+        except InputError as error:  # a folder another run holds, a checkpoint this run may not continue, ...
+            stop([error.line()])
         except (DamagedCheckpoint, DiskFullError) as error:  # one line: the file and what to do
             stop([str(error)])
 

@@ -18,6 +18,11 @@ from rambo.harness.download import md5_of
 
 LOSS_PREFIX = "roi_heads.classifier_loss."  # the loss module's own state (a score memory), not weights
 BN_COUNTER = "num_batches_tracked"  # a BatchNorm2d buffer that FrozenBatchNorm2d lacks
+#: What to do about a damaged ``init_checkpoint``.
+WARM_START_NEXT_STEP = (
+    "train the warm-start run again (the pipeline's detection_warm_start stage), or set init_checkpoint to another "
+    "checkpoint of rambo.detection.train"
+)
 
 
 def load_initial_weights(model: torch.nn.Module, path: str | Path) -> str:
@@ -35,7 +40,7 @@ def load_initial_weights(model: torch.nn.Module, path: str | Path) -> str:
             f"(the pipeline's detection_warm_start stage does this)"
         )
     try:
-        weights = load_checkpoint(path)["state"]["model"]
+        weights = load_checkpoint(path, WARM_START_NEXT_STEP)["state"]["model"]
     except (KeyError, TypeError) as error:
         raise ValueError(f"{path} is not a checkpoint written by rambo.detection.train (missing {error})") from error
     weights = {key: value for key, value in weights.items() if not key.startswith(LOSS_PREFIX)}

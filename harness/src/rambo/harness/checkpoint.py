@@ -10,10 +10,14 @@ While it trains, a run keeps the checkpoint of the epoch before the last beside 
 is set aside under ``resume=auto`` and the run continues from that one (:mod:`.resume`). It doubles
 the disk a training run's checkpoints take; a finished run removes it, and its own checkpoint holds
 no optimiser or scheduler state (:class:`rambo.harness.run.TrainingRun`).
+
+A file set aside (:func:`set_aside`: a damaged checkpoint, another run's) gets a name of its own,
+never one a file already has: nothing set aside earlier is overwritten.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import random
@@ -23,6 +27,7 @@ import numpy as np
 import torch
 
 from .atomic import atomic_path, save_torch
+from .config_check import InputError
 
 #: What to do about a damaged checkpoint, for a message that names no better step.
 NEXT_STEP = (
@@ -41,11 +46,19 @@ class DamagedCheckpoint(ValueError):
         super().__init__(f"{path} is a damaged checkpoint ({reason}); {next_step}")
 
 
+class NotACheckpoint(DamagedCheckpoint):
+    """A file that loads but holds no checkpoint dict (a tensor, a list: ``torch.save`` of something else)."""
+
+
 def _first_line(error: BaseException) -> str:
     """An error as one short line: its type and the first sentence of its message."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     text = text.split(". ")[0].rstrip(".")
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class DeviceCountMismatch(InputError, ValueError):
+    """A checkpoint's CUDA generator states are for another number of devices than this machine has."""
 
 
 def rng_states() -> dict:
@@ -87,7 +100,7 @@ def set_rng_states(states: dict) -> None:
     if "cuda" in states and torch.cuda.is_available():
         cuda = list(states["cuda"])
         if len(cuda) != torch.cuda.device_count():
-            raise ValueError(
+            raise DeviceCountMismatch(
                 f"checkpoint holds {len(cuda)} CUDA generator states, this machine has "
                 f"{torch.cuda.device_count()} devices: resume on as many devices"
             )
@@ -146,5 +159,36 @@ def load_checkpoint(path: str | Path, next_step: str = NEXT_STEP) -> dict:
                 reason = "not a checkpoint this project can load safely: it is no torch archive of tensors and data"
             raise DamagedCheckpoint(path, reason, next_step) from error
     if not isinstance(state, dict):
-        raise DamagedCheckpoint(path, f"it holds a {type(state).__name__}, not a checkpoint dict", next_step)
+        raise NotACheckpoint(path, f"it holds a {type(state).__name__}, not a checkpoint dict", next_step)
     return state
+
+
+def set_aside(path: str | Path, label: str) -> Path:
+    """Rename the file ``path`` to ``<name>.<label>``, or to ``<name>.<label>.1``, ``.2``, ... when
+    that name is taken, and return where it went. It never replaces a file: each name is taken in
+    one step that fails when the name exists (a hard link, then the old name removed; on a file
+    system without hard links, an exclusive create of the name, then a rename onto it), so two set
+    asides at once, or one beside files set aside before, each keep their file."""
+    path = Path(path)
+    for number in itertools.count():
+        aside = path.with_name(f"{path.name}.{label}" + (f".{number}" if number else ""))
+        try:
+            os.link(path, aside, follow_symlinks=False)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            raise
+        except OSError:  # no hard links here: reserve the name, then rename onto the reservation
+            try:
+                os.close(os.open(aside, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            except FileExistsError:
+                continue
+            try:
+                os.replace(path, aside)
+            except BaseException:
+                aside.unlink(missing_ok=True)
+                raise
+            return aside
+        os.unlink(path)
+        return aside
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -22,8 +22,10 @@ is recovered:
 - this very process (an earlier run in it raised and kept its claim).
 
 Any other holder is alive, or may be: :class:`FolderClaimedError` names the folder and the run that
-holds it, and nothing is written. A holder on another host that died without a scheduler to
-requeue it cannot be told from a live one; the error says which file to delete then.
+holds it, and nothing is written (it is an :class:`~rambo.harness.config_check.InputError`: the
+apps print it as one ``error:`` line and exit with code 2). A holder on another host that died
+without a scheduler to requeue it cannot be told from a live one; the error says which file to
+delete then.
 
 A stale claim is taken over in one step: under a lock on ``<folder>/.rambo-run.claim.lock``
 (``flock``; NFS clients map it to a lock on the server), the claim file is read again, and only if
@@ -31,6 +33,14 @@ it still is the stale holder's is it replaced by this run's (``rename(2)`` over 
 never goes missing on the way, so a run arriving meanwhile finds a claim and is refused (or waits
 for the lock to take over the same stale claim, and then finds it taken), and no run can remove a
 claim it did not mean to. The lock file lives only while the lock is held.
+
+A run claims the folder Hydra makes for it before Hydra writes anything there (``.hydra/*.yaml``,
+the log file): :func:`claim_job_folder` is built by Hydra's logging setup of the job, which comes
+after Hydra makes the job's folder and before its first write, in the job's own process, for a
+single run and for each job of a multirun under any launcher. A run refused there leaves every
+byte of that folder as it was. This process keeps the claims it holds (:func:`held`), and the run's
+own claim of its folders (:func:`claim_folders`) takes over the one already held, so the folder is
+never unclaimed between the two.
 """
 
 from __future__ import annotations
@@ -46,11 +56,16 @@ import time
 import uuid
 from pathlib import Path
 
+from .config_check import USAGE_ERROR, InputError, stop
+
 CLAIM_NAME = ".rambo-run.claim"
+#: The options that give a run's own files a folder of their own, as a refusal names them.
+RUN_FILE_OPTIONS = "output_dir=..., checkpoint_path=..."
 log = logging.getLogger(__name__)
+_HELD: dict[Path, FolderClaim] = {}  # the claims this process holds, by absolute folder
 
 
-class FolderClaimedError(RuntimeError):
+class FolderClaimedError(InputError, RuntimeError):
     """Another run holds a folder this run would write into."""
 
 
@@ -163,12 +178,14 @@ def _read(path: Path) -> dict | None:
 
 
 class FolderClaim:
-    """The claim of one folder by one run: :meth:`acquire`, then :meth:`release` (also at exit)."""
+    """The claim of one folder by one run: :meth:`acquire`, then :meth:`release` (also at exit).
+    ``options``: what a refused run is told to set to get a folder of its own."""
 
-    def __init__(self, folder: str | Path, run: str):
+    def __init__(self, folder: str | Path, run: str, options: str = RUN_FILE_OPTIONS):
         self.folder = Path(folder)
         self.path = self.folder / CLAIM_NAME
         self.me = holder_record(run)
+        self.options = options
         self.held = False
 
     def acquire(self) -> FolderClaim:
@@ -192,6 +209,7 @@ class FolderClaim:
                     if not self._take_over(temporary, holder, reason):
                         continue  # given back or taken by another run meanwhile: look again
                 self.held = True
+                _HELD[Path(os.path.abspath(self.folder))] = self
                 atexit.register(self.release)
                 return self
             raise FolderClaimedError(f"{self.folder}: could not claim it; several runs are taking it at once")
@@ -202,8 +220,8 @@ class FolderClaim:
         who = describe(holder) if holder else "a run whose claim file cannot be read"
         return FolderClaimedError(
             f"{self.folder} is claimed by {who}; this run ({self.me['run']!r}) would overwrite its checkpoint and "
-            f"metrics there, so it stops before writing anything. Give this run a folder of its own (output_dir=..., "
-            f"checkpoint_path=...), or wait for that run to end. If that run is gone (killed on another host, "
+            f"metrics there, so it stops before writing anything. Give this run a folder of its own ({self.options}), "
+            f"or wait for that run to end. If that run is gone (killed on another host, "
             f"no scheduler to requeue it), delete {self.path} and start again."
         )
 
@@ -225,21 +243,75 @@ class FolderClaim:
             return
         self.held = False
         atexit.unregister(self.release)
-        holder = _read(self.path)
-        if holder and holder.get("token") == self.me["token"]:
+        key = Path(os.path.abspath(self.folder))
+        if _HELD.get(key) is self:
+            del _HELD[key]
+        if self.owns_file():
             self.path.unlink(missing_ok=True)
 
+    def owns_file(self) -> bool:
+        """Whether the claim file is this claim's (not removed by hand, nor taken over since)."""
+        holder = _read(self.path)
+        return bool(holder) and holder.get("token") == self.me["token"]
 
-def claim_folders(folders, run: str) -> list[FolderClaim]:
-    """Claim every distinct folder of ``folders`` (in a fixed order); all or none: when one is
-    held by another run, the ones taken are given back and :class:`FolderClaimedError` is raised."""
+
+def held(folder: str | Path) -> FolderClaim | None:
+    """The claim of ``folder`` this process holds (taken by :func:`claim_job_folder` or an earlier
+    :func:`claim_folders`), or ``None``."""
+    claim = _HELD.get(Path(os.path.abspath(folder)))
+    return claim if claim is not None and claim.held and claim.owns_file() else None
+
+
+def claim_folders(folders, run: str, options: str = RUN_FILE_OPTIONS) -> list[FolderClaim]:
+    """Claim every distinct folder of ``folders`` (in a fixed order), keeping the claims this process
+    holds already (:func:`held`); all or none: when one is held by another run, the ones taken here are
+    given back and :class:`FolderClaimedError` is raised."""
     unique = sorted({Path(os.path.abspath(folder)) for folder in folders})
     claims: list[FolderClaim] = []
+    taken: list[FolderClaim] = []
     try:
         for folder in unique:
-            claims.append(FolderClaim(folder, run).acquire())
+            claim = held(folder)
+            if claim is None:
+                claim = FolderClaim(folder, run, options).acquire()
+                taken.append(claim)
+            claims.append(claim)
     except BaseException:
-        for claim in claims:
+        for claim in taken:
             claim.release()
         raise
     return claims
+
+
+class _PassEverything(logging.Filter):
+    """A logging filter that keeps every record: what :func:`claim_job_folder` gives Hydra's logging setup."""
+
+
+def claim_job_folder(folder: str, run: str) -> logging.Filter:
+    """Claim ``folder``, the folder Hydra made for this job (``${hydra.runtime.output_dir}``), for the
+    run ``run``, before Hydra writes anything there (see the module docstring); a refused run prints
+    one ``error:`` line and exits with code 2, having written nothing. The main process of a run
+    claims; the other processes of a distributed run (torchrun, SLURM tasks) write into their main
+    process's folder and claim nothing.
+
+    The apps' ``train.yaml`` names it as a filter of ``hydra.job_logging``: Python's logging setup
+    builds filters before it opens the log file, and whichever logging config a run picks, its
+    filters are built. The filter itself keeps every record."""
+    from .distributed import detect_setup
+
+    if detect_setup().is_main and held(folder) is None:
+        options = "hydra.run.dir=..."
+        try:
+            from hydra.core.hydra_config import HydraConfig
+            from hydra.types import RunMode
+
+            if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+                options = "hydra.sweep.dir=..."
+        except ImportError:  # pragma: no cover (the apps run under Hydra)
+            pass
+        try:
+            FolderClaim(folder, run, options).acquire()
+        except FolderClaimedError as error:
+            # not into a log file: the files the logging setup is replacing are an earlier job's
+            stop([str(error)], USAGE_ERROR, log_files=False)
+    return _PassEverything()

@@ -207,13 +207,13 @@ def refers_to(cfg: DictConfig, key: str, names: set[str]) -> bool:
     return any("${" + name + "}" in raw or "${" + name + "." in raw for name in names)
 
 
-def stop(problems: Sequence[Problem | str], code: int = USAGE_ERROR) -> NoReturn:
+def stop(problems: Sequence[Problem | str], code: int = USAGE_ERROR, log_files: bool = True) -> NoReturn:
     """Print each problem as one ``error: ...`` line on stderr, add them to the run's log file
-    (when logging writes one), and exit with ``code``."""
+    (when logging writes one, and ``log_files``), and exit with ``code``."""
     lines = [str(problem) for problem in problems]
     for line in lines:
         print(f"error: {line}", file=sys.stderr, flush=True)
-    files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    files = [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)] if log_files else []
     for handler in files:
         for line in lines:
             handler.emit(logging.LogRecord("rambo", logging.ERROR, __file__, 0, "error: %s", (line,), None))

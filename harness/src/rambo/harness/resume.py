@@ -2,7 +2,14 @@
 checkpoint already at its path (of this run or of another: :class:`RunExistsError` says which,
 and how to name this run or resume that one), ``true`` continues the checkpoint of the same run
 and refuses another, ``auto`` (the pipeline's) continues the same run and sets a checkpoint of
-another run aside (renamed ``<name>.stale``) before starting over.
+another run aside (renamed ``<name>.stale``, or ``<name>.stale.1``, ... when that name is taken:
+:func:`~rambo.harness.checkpoint.set_aside`) before starting over.
+
+A file at the checkpoint path that is no checkpoint of this app (another app's, or something
+``torch.save`` wrote that holds no run: :class:`NotThisAppsCheckpoint`) is neither continued nor
+overwritten: ``true`` and ``false`` stop with its path and what to do, ``auto`` sets it aside as
+another run's. Every refusal here is an :class:`~rambo.harness.config_check.InputError`: the apps
+print its message as one ``error:`` line and exit with code 2.
 
 What makes two runs "the same" is declared in each app's config: the run identity is the resolved
 configuration without the keys listed in ``resume_may_change`` (where files are, how the run is
@@ -37,18 +44,42 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from .atomic import atomic_path
-from .checkpoint import DamagedCheckpoint, load_checkpoint, previous_path
+from .checkpoint import DamagedCheckpoint, NotACheckpoint, load_checkpoint, previous_path, set_aside
+from .config_check import InputError
 
 POLICIES = (False, True, "auto")
+#: The options that give a run a checkpoint of its own, as a refusal names them.
+OWN_FOLDER = "hydra.run.dir=..., or checkpoint_path=..."
 log = logging.getLogger(__name__)
 
 
-class RunExistsError(FileExistsError):
+class RunExistsError(FileExistsError, InputError):
     """A new run (``resume=false``) would overwrite the checkpoint of a run already at its path."""
+
+
+class ResumeRefused(InputError, ValueError):
+    """The checkpoint at a run's path is not one this run may continue."""
+
+
+class DifferentRun(ResumeRefused):
+    """``resume=true`` over the checkpoint of another configuration."""
+
+
+class NotThisAppsCheckpoint(ResumeRefused):
+    """The file at a run's checkpoint path is no checkpoint of this app."""
+
+    def __init__(self, path: str | Path, reason: str, app: str):
+        path = Path(path)
+        self.path, self.reason = path, reason
+        super().__init__(
+            f"{path} is not a checkpoint of {app} ({reason}); this run neither continues nor overwrites it. "
+            f"Move it away, or give this run a folder of its own ({OWN_FOLDER}), or run with resume=auto, "
+            f"which sets it aside (renamed {path.name}.stale)"
+        )
 
 
 def check_policy(policy) -> None:
@@ -85,13 +116,30 @@ def differences(saved: Mapping, current: Mapping, shown: int, order=None) -> str
 
 
 def check_same_run(saved: Mapping, current: Mapping, path: str | Path) -> None:
-    """``ValueError`` naming the differing keys (old -> new) unless the two identities are equal."""
+    """:class:`DifferentRun` naming the differing keys (old -> new) unless the two identities are equal."""
     details = differences(saved, current, 6)
     if details:
-        raise ValueError(
-            f"{path} was written by a different configuration ({details}); "
-            "use another checkpoint_path, or resume=false to start over"
+        raise DifferentRun(
+            f"{path} was written by a different configuration ({details}); resume=true continues only the same run. "
+            f"Give this run a folder of its own ({OWN_FOLDER}), or run with resume=auto, which sets that "
+            f"checkpoint aside (renamed {Path(path).name}.stale) and starts over"
         )
+
+
+def shown_keys(state: Mapping, shown: int = 4) -> str:
+    """The first ``shown`` keys of ``state``, ``" and N more"`` after them."""
+    keys = [repr(key) for key in list(state)[:shown]]
+    more = f" and {len(state) - shown} more" if len(state) > shown else ""
+    return (", ".join(keys) + more) if keys else "no keys"
+
+
+def no_run_in(state: Mapping) -> str | None:
+    """Why ``state`` (a loaded dict) holds no run :func:`checkpoint_to_resume` can compare: its
+    ``identity`` or ``epoch`` missing (e.g. ``torch.save({"a": 1}, ...)``); ``None`` when it has both."""
+    missing = [key for key in ("identity", "epoch") if key not in state]
+    if not missing:
+        return None
+    return f"it holds a dict of {shown_keys(state)}, without the {' and '.join(missing)} of a run"
 
 
 def _without(identity: Mapping, may_change: Iterable[str]) -> dict:
@@ -144,6 +192,8 @@ def checkpoint_to_resume(
     config: Mapping | None = None,
     defaults: Mapping | None = None,
     recovered: list | None = None,
+    app: str = "this app",
+    foreign: Callable[[Mapping], str | None] = no_run_in,
 ) -> dict | None:
     """The checkpoint at ``path`` to continue under ``policy``, or ``None`` to start over.
 
@@ -152,7 +202,11 @@ def checkpoint_to_resume(
     the main process; ``may_change`` is the run's ``resume_may_change`` (see :func:`_without`);
     ``renames``, ``config`` and ``defaults`` are the run's ``identity_renamed``, resolved config and
     ``identity_defaults`` (see :func:`renamed`). A damaged checkpoint set aside under ``auto`` is
-    recorded in ``recovered`` (a list, appended to: see :func:`recover_damaged`)."""
+    recorded in ``recovered`` (a list, appended to: see :func:`recover_damaged`). ``foreign(state)``
+    says why a loaded dict is no checkpoint of the app named ``app`` (``None`` when it is one;
+    :func:`no_run_in` by default); such a file, and one that holds no dict, stops ``true`` and
+    ``false`` (:class:`NotThisAppsCheckpoint`) and is set aside under ``auto``, as another run's
+    checkpoint is."""
     check_policy(policy)
     path = Path(path)
     if not path.is_file():
@@ -160,6 +214,9 @@ def checkpoint_to_resume(
     record = None
     try:
         state = load_checkpoint(path)
+        reason = foreign(state)
+    except NotACheckpoint as loaded:  # it loads, but holds no dict: no checkpoint, not a damaged one
+        state, reason = None, loaded.reason
     except DamagedCheckpoint as damaged:
         if policy != "auto" or not set_aside:
             raise DamagedCheckpoint(path, damaged.reason, _damaged_next_step(path)) from None
@@ -168,26 +225,39 @@ def checkpoint_to_resume(
             recovered.append(record)
         if state is None:
             return None
-    saved = _without(renamed(state.get("identity", {}), renames, config, defaults), may_change)
-    if policy is False:
-        raise _exists(path, state, saved, identity)
-    try:
-        check_same_run(saved, identity, path)
-    except ValueError as error:
+        reason = foreign(state)
+    if reason is not None:
         if policy != "auto":
-            raise
-        if set_aside:
-            stale = path.with_name(path.name + ".stale")
-            os.replace(path, stale)
-            log.warning("%s: moved it to %s and starting over", error, stale)
-            previous = previous_path(path)
-            if previous.is_file():  # that run's checkpoint of the epoch before goes with it
-                os.replace(previous, previous.with_name(previous.name + ".stale"))
-        if record is not None:  # the earlier checkpoint was another run's: this one starts over
-            record.update(resumed_from=None, resumed_epoch=0)
-        return None
-    log.info("resuming %s from epoch %s", path, state.get("epoch"))
-    return state
+            raise NotThisAppsCheckpoint(path, reason, app)
+        other = f"{path} is not a checkpoint of {app} ({reason})"
+    else:
+        saved = _without(renamed(state.get("identity", {}), renames, config, defaults), may_change)
+        if policy is False:
+            raise _exists(path, state, saved, identity)
+        details = differences(saved, identity, 6)
+        if not details:
+            log.info("resuming %s from epoch %s", path, state.get("epoch"))
+            return state
+        if policy != "auto":
+            check_same_run(saved, identity, path)
+        other = f"{path} was written by a different configuration ({details})"
+    if set_aside:
+        set_aside_other_run(path, other)
+    if record is not None:  # the earlier checkpoint was another run's: this one starts over
+        record.update(resumed_from=None, resumed_epoch=0)
+    return None
+
+
+def set_aside_other_run(path: Path, why: str) -> list[Path]:
+    """Set the checkpoint ``path`` of another run aside (:func:`set_aside`, ``.stale``), and that
+    run's checkpoint of the epoch before with it; log where each went. Returns the new paths."""
+    moved = [set_aside(path, "stale")]
+    previous = previous_path(path)
+    if previous.is_file():
+        moved.append(set_aside(previous, "stale"))
+    where = " and ".join(f"{source} as {aside}" for source, aside in zip([path, previous], moved))
+    log.warning("%s: set aside %s; starting over", why, where)
+    return moved
 
 
 def _damaged_next_step(path: Path) -> str:
@@ -200,13 +270,9 @@ def _damaged_next_step(path: Path) -> str:
 
 
 def set_aside_damaged(path: Path) -> Path:
-    """Rename the damaged file ``path`` to ``<name>.damaged`` (``.damaged.1``, ... when taken): kept, never deleted."""
-    aside, number = path.with_name(path.name + ".damaged"), 0
-    while aside.exists():
-        number += 1
-        aside = path.with_name(f"{path.name}.damaged.{number}")
-    os.rename(path, aside)
-    return aside
+    """Rename the damaged file ``path`` to ``<name>.damaged`` (``.damaged.1``, ... when taken: :func:`set_aside`):
+    kept, never deleted, never over another file."""
+    return set_aside(path, "damaged")
 
 
 def recover_damaged(path: Path, damaged: DamagedCheckpoint) -> tuple[dict, dict | None]:

@@ -15,9 +15,12 @@ The config keys it reads: ``seed``, ``experiment_name``, ``output_dir``, ``metri
 ``identity_defaults`` and ``identity_renamed`` (optional; :mod:`.resume`), ``max_epochs_this_run``,
 ``profile_name`` (optional) and ``wandb.{mode, project, job_type}``. Only the main process writes files and talks to W&B.
 Before anything is written, the main process claims the run's folders (output, checkpoint, metrics and
-curve folders: :mod:`.claim`), so that two runs given one folder cannot overwrite each other; the
+curve folders: :mod:`.claim`; the folder Hydra made for the job is claimed already, before Hydra wrote
+there, and that claim is kept), so that two runs given one folder cannot overwrite each other; the
 claims are given back in :meth:`TrainingRun.finish` (and at exit). Holding them, it removes the
 temporary files a killed write left there (:func:`.atomic.remove_stale_temporaries`).
+A file at the checkpoint path that is no checkpoint of this app (:meth:`TrainingRun.foreign`: another
+app's, or no run's) is neither continued nor overwritten (:mod:`.resume`).
 Each epoch's checkpoint replaces the one before, which is kept as ``checkpoint.prev.pt``
 (:func:`.checkpoint.keep_as_previous`): under ``resume=auto`` a damaged checkpoint is set aside and the
 run continues from that one (:mod:`.resume`); the metrics then say so (``checkpoint_recovery``).
@@ -52,11 +55,18 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .atomic import remove_stale_temporaries, write_json, write_text
-from .checkpoint import keep_as_previous, previous_path, rng_states, save_checkpoint, set_rng_states
-from .claim import FolderClaimedError, claim_folders
+from .checkpoint import (
+    DeviceCountMismatch,
+    keep_as_previous,
+    previous_path,
+    rng_states,
+    save_checkpoint,
+    set_rng_states,
+)
+from .claim import claim_folders
 from .distributed import barrier, gather_to_main, rank, world_size
 from .provenance import run_provenance
-from .resume import check_policy, checkpoint_to_resume, run_identity
+from .resume import NotThisAppsCheckpoint, ResumeRefused, check_policy, checkpoint_to_resume, run_identity, shown_keys
 from .run_log import log_done, log_epoch
 from .wandb_run import start_run
 
@@ -104,6 +114,9 @@ def training_only(target) -> bool:
     return isinstance(target, (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler))
 
 
+#: What every checkpoint :class:`TrainingRun` writes holds (``processes`` too, with several processes).
+CHECKPOINT_KEYS = ("state", "epoch", "curve", "extra", "rng", "identity")
+
 #: The suffix of a module's extra state in its ``state_dict`` (``torch.nn.Module.get_extra_state``).
 EXTRA_STATE = "_extra_state"
 
@@ -148,7 +161,8 @@ class TrainingRun:
     (so a resumed run's earlier records lack them). ``identity_extra``:
     facts outside the config that make a run another run (e.g. the MD5 of the weights it starts
     from), added to the identity a resumed checkpoint must match. ``device``: where the run
-    computes, for its provenance (build it after the thread count is set).
+    computes, for its provenance (build it after the thread count is set). ``app``: the command
+    that trains (``rambo.retrieval.train``), as a refused checkpoint's message names it.
     """
 
     def __init__(
@@ -162,6 +176,7 @@ class TrainingRun:
         identity_extra: Mapping | None = None,
         device=None,
         wandb_keys: Mapping | None = None,
+        app: str = "this app",
     ):
         check_policy(cfg.resume)
         self.summary_keys, self.untracked_keys = summary_keys, frozenset(untracked_keys)
@@ -180,11 +195,7 @@ class TrainingRun:
                 Path(cfg.metrics_path).parent,
                 Path(cfg.curve_path).parent,
             ]
-            try:
-                self.claims = claim_folders(folders, f"{cfg.experiment_name} seed {cfg.seed}")
-            except FolderClaimedError as error:  # in the run's own log too (a SLURM job's), not only the launcher's
-                log.error("%s", error)
-                raise
+            self.claims = claim_folders(folders, f"{cfg.experiment_name} seed {cfg.seed}")
             stale = [path for claim in self.claims for path in remove_stale_temporaries(claim.folder)]
             if cfg.get("headline_path"):  # a folder shared with other runs (seeds): this run's file only
                 headline = Path(cfg.headline_path)
@@ -202,6 +213,8 @@ class TrainingRun:
             "config": self.config,
             "defaults": self.config.get("identity_defaults"),
             "recovered": self.recovery,
+            "app": app,
+            "foreign": self.foreign,
         }
         state = checkpoint_to_resume(**resume) if is_main else None
         barrier()  # the other processes read the checkpoint the main one kept (or set aside)
@@ -216,11 +229,11 @@ class TrainingRun:
                 if name in state["state"]:
                     target.load_state_dict({**state["state"][name], **own["state"].get(name, {})})
                 elif not (self.finished and training_only(target)):
-                    raise ValueError(
-                        f"{self.checkpoint_path} holds no state of {name!r}: it was written by other code; "
-                        "use another checkpoint_path, or resume=false to start over"
-                    )
-            set_rng_states(own["rng"])
+                    raise NotThisAppsCheckpoint(self.checkpoint_path, f"it holds no state of {name!r}", app)
+            try:
+                set_rng_states(own["rng"])
+            except DeviceCountMismatch as error:
+                raise DeviceCountMismatch(f"{self.checkpoint_path}: {error}") from None
             self.epoch, self.curve = state["epoch"], state["curve"]
             wandb_id = saved_wandb_id(self.checkpoint_path, state) if is_main else None
             self.extra.update(state["extra"])
@@ -240,12 +253,31 @@ class TrainingRun:
             if self.wandb is not None:  # before any checkpoint it belongs to (also an older checkpoint's id)
                 write_text(wandb_id_path(self.checkpoint_path), f"{self.wandb.id}\n")
 
+    def foreign(self, state: Mapping) -> str | None:
+        """Why ``state``, loaded from the checkpoint path, is no checkpoint of this app (``None``: it
+        is one): it lacks what every checkpoint of :class:`TrainingRun` holds (:data:`CHECKPOINT_KEYS`),
+        or the state it holds is of other objects than this app's (another app's checkpoint)."""
+        missing = [key for key in CHECKPOINT_KEYS if key not in state]
+        if missing:
+            return f"it holds a dict of {shown_keys(state)}, without the {', '.join(missing)} of a run"
+        saved = state["state"]
+        if not isinstance(saved, Mapping):
+            return f"its state is a {type(saved).__name__}"
+        finished = bool(state.get("finished", False))
+        needed = {name for name, target in self.stateful.items() if not (finished and training_only(target))}
+        if not needed <= set(saved) <= set(self.stateful):
+            return (
+                f"it holds the state of {', '.join(map(repr, sorted(saved))) or 'nothing'}, "
+                f"where this app's checkpoints hold {', '.join(map(repr, sorted(needed)))}"
+            )
+        return None
+
     def epochs(self, total: int) -> Iterator[int]:
         """The epochs (1-based) this invocation trains: from the one after the checkpoint's up to
         ``total``, at most ``max_epochs_this_run`` of them (job time limits)."""
         if self.finished and total > self.epoch:
             self.release()
-            raise ValueError(
+            raise ResumeRefused(
                 f"{self.checkpoint_path} is the checkpoint of a finished run ({self.epoch} epochs), kept without "
                 f"its optimiser and scheduler state: it cannot train on to epoch {total}; train a new run "
                 "(another experiment_name, or resume=false to start over)"

@@ -68,6 +68,7 @@ from .transforms import eval_transform_of, train_transform
 from .validation_split import split_validation_classes
 
 CONFIG_DIR = Path(__file__).parent / "configs"
+APP = "rambo.retrieval.train"  # the command, as messages name it
 log = logging.getLogger(__name__)
 
 
@@ -85,7 +86,7 @@ def build_splits(cfg: DictConfig, skipped: dict | None = None) -> dict:
     test_transform = eval_transform_of(cfg)
     kinds = cfg.augmentation
     if in_memory and kinds.train != "random_resized_crop":
-        raise ValueError(
+        raise InputError(
             f"data.in_memory augments a batch at a time with random_resized_crop only; got augmentation.train={kinds.train!r}"
         )
     augmentation = PILToTensor() if in_memory else train_transform(cfg.image_size, kinds.min_scale, kinds.train)
@@ -203,6 +204,7 @@ def train(cfg: DictConfig) -> dict:
         untracked_keys=("seconds",),
         device=device,
         wandb_keys=wandb_keys(cfg, "retrieval"),
+        app=APP,
     )
     history = run.extra["history"]
     evaluation = functools.partial(
@@ -282,7 +284,7 @@ def run_main(cfg: DictConfig) -> None:
         train(cfg)
     except UnreadableImageError as error:
         stop([f"{error.line()}; {check_hint(cfg, overrides)}, or skip such images with data.skip_unreadable=true"])
-    except InputError as error:
+    except InputError as error:  # a folder another run holds, a checkpoint this run may not continue, ...
         stop([error.line()])
     except (DamagedCheckpoint, DiskFullError) as error:  # one line: the file and what to do
         stop([str(error)])
