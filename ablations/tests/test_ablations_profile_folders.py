@@ -193,9 +193,9 @@ def test_a_trained_experiment_no_cell_names_stops_the_tables_stage(pipelines, tw
     (two_profiles / "params.yaml").write_text(yaml.safe_dump(params))
     before = snapshot(two_profiles)
     done = run_tables(pipelines, two_profiles)
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
-        "params.yaml: profile 'tiny' trains retrieval/synthetic_fastap, retrieval/synthetic_smoothap, which no "
+        "error: params.yaml: profile 'tiny' trains retrieval/synthetic_fastap, retrieval/synthetic_smoothap, which no "
         "table cell names, so its tables would call them not run; name their cells under tables.runs "
         "(ablations/profiles/tiny.yaml)"
     )
