@@ -1,10 +1,10 @@
 """Speed of the AP loss, forward + backward, against the reference algorithm and one float32 sort.
 
-``python -m rambo.core.benchmark [--sizes 1e5 1e6 1e7] [--with-1e8] [--device cpu|cuda]``
-(``make bench``) prints a table and writes JSON and Markdown. Paper Table 6 is shown beside it.
+`python -m rambo.core.benchmark [--sizes 1e5 1e6 1e7] [--with-1e8] [--device cpu|cuda]`
+(`make bench`) prints a table and writes JSON and Markdown. Paper Table 6 is shown beside it.
 
 The reference algorithm is the one of the authors' code, kept here as the baseline: ranks by
-argsort of argsort of the normalised scores (``rank / N``), the rank among relevant items by a
+argsort of argsort of the normalised scores (`rank / N`), the rank among relevant items by a
 second argsort-of-argsort, and the backward pass ranking the perturbed scores the same way. It uses
 the deterministic margin of Eq. 14 (the authors' code draws a random margin per item), so that
 both implementations compute the same function: on tie-free input their losses and gradients
@@ -34,7 +34,7 @@ MARGIN, LAM, RELEVANT_FRACTION = 0.1, 0.5, 0.01
 
 
 def reference_rank_normalised(sequence: torch.Tensor) -> torch.Tensor:
-    """Ranks / N by argsort of argsort, as in the authors' code (``sequence: [Q, N]``)."""
+    """Ranks / N by argsort of argsort, as in the authors' code (`sequence: [Q, N]`)."""
     return (torch.argsort(torch.argsort(sequence).flip(1)) + 1).to(sequence.dtype) / sequence.shape[1]
 
 
@@ -56,7 +56,7 @@ class ReferenceRanker(torch.autograd.Function):
 
 
 def reference_ap_loss(scores: torch.Tensor, relevant: torch.Tensor, margin: float, lam: float) -> torch.Tensor:
-    """The reference algorithm's ``1 - AP`` (Eq. 14, 21, 22), mean over rows with a relevant item."""
+    """The reference algorithm's `1 - AP` (Eq. 14, 21, 22), mean over rows with a relevant item."""
     targets = relevant.to(scores.dtype)
     ranks = ReferenceRanker.apply(scores - margin * (targets - 0.5), lam)
     ranks_within_relevant = reference_rank_normalised(-ranks.detach() + 2.0 * targets)
@@ -71,7 +71,7 @@ def synchronize(device: torch.device) -> None:
 
 
 def median_ms(run, device: torch.device, repeats: int) -> float:
-    """Median wall time of ``run()`` in ms over ``repeats`` runs after one warm-up, synchronised on a GPU."""
+    """Median wall time of `run()` in ms over `repeats` runs after one warm-up, synchronised on a GPU."""
     run()  # warm-up
     times = []
     for _ in range(repeats):

@@ -3,25 +3,26 @@
     python -m rambo.core.benchmark_peers [--sizes 128 512 2048 4096] [--device cpu|cuda]
         [--out core/benchmarks/peers.json] [--markdown core/benchmarks/peers.md]      (make bench-peers)
 
-A batch of ``B`` normalised 512-d embeddings, 4 images per class (``B / 4`` classes drawn from the
+A batch of `B` normalised 512-d embeddings, 4 images per class (`B / 4` classes drawn from the
 11,318 training classes of Stanford Online Products), each image a query ranked against the rest of
 the batch by cosine score, and with the memory (tau = 3) against the 3 batches before it as well
-(``4 B - 1`` items per row). Forward + backward from the embeddings, one thread on the CPU, every
+(`4 B - 1` items per row). Forward + backward from the embeddings, one thread on the CPU, every
 loss at one size in one process, interleaved (run 1 of every loss, then run 2, ...): the median time
-and, from one more run, the peak tensor memory above the inputs (:mod:`rambo.core.peak_memory`).
+and, from one more run, the peak tensor memory above the inputs ([`rambo.core.peak_memory`][rambo.core.peak_memory]).
 
-Peers: the project's recall and AP losses through :mod:`rambo.core.pml` (in its ``CrossBatchMemory``
+Peers: the project's recall and AP losses through [`rambo.core.pml`][rambo.core.pml] (in its `CrossBatchMemory`
 with the memory); PML 2.9's FastAP, SmoothAP, MultiSimilarity and Contrastive (the last two in PML's
-``CrossBatchMemory``; PML's FastAP and SmoothAP take no reference set, hence no memory); torchsort's
-soft rank as an AP surrogate (:class:`rambo.core.soft_rank_ap.SoftRankAPLoss` on
-:func:`rambo.core.pairwise_scores`, in :class:`rambo.core.EmbeddingMemory` with the memory), when
-torchsort is installed. A loss whose memory estimate (its peak at the previous size scaled as the
-batch squared, cubed for PML's SmoothAP and its ``[B, B, B]`` tensors) exceeds the budget is not run.
+`CrossBatchMemory`; PML's FastAP and SmoothAP take no reference set, hence no memory); torchsort's
+soft rank as an AP surrogate ([`rambo.core.soft_rank_ap.SoftRankAPLoss`][rambo.core.soft_rank_ap.SoftRankAPLoss] on
+[`rambo.core.pairwise_scores`][rambo.core.pairwise_scores], in
+[`rambo.core.EmbeddingMemory`][rambo.core.EmbeddingMemory] with the memory), when torchsort is installed. A loss whose
+memory estimate (its peak at the previous size scaled as the batch squared, cubed for PML's SmoothAP and its `[B, B, B]`
+tensors) exceeds the budget is not run.
 
-A second table is the batch-shaped path's cost per element: the native recall loss on a ``[Q, N]``
-score matrix (fwd+bwd from the scores), the same ``Q N`` scores as one row, and one row-wise sort
-(``torch.sort(dim=1)``) of the matrix, in ns per element. ``peers_table(device, sizes)`` and
-:func:`markdown` are what ``make gpu-check`` calls.
+A second table is the batch-shaped path's cost per element: the native recall loss on a `[Q, N]`
+score matrix (fwd+bwd from the scores), the same `Q N` scores as one row, and one row-wise sort
+(`torch.sort(dim=1)`) of the matrix, in ns per element. `peers_table(device, sizes)` and
+[`markdown`][rambo.core.benchmark_peers.markdown] are what `make gpu-check` calls.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def repeats_for(batch: int) -> int:
 
 
 def make_batch(batch: int, generator: torch.Generator, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random embeddings ``[batch, DIM]`` and labels, ``PER_CLASS`` consecutive images per class
+    """Random embeddings `[batch, DIM]` and labels, `PER_CLASS` consecutive images per class
     (the layout PML's SmoothAP needs), classes drawn without replacement from SOP's training classes."""
     classes = torch.randperm(SOP_TRAIN_CLASSES, generator=generator)[: batch // PER_CLASS]
     labels = classes.repeat_interleave(PER_CLASS)
@@ -62,7 +63,7 @@ def make_batch(batch: int, generator: torch.Generator, device: torch.device) -> 
 
 
 class Peer:
-    """One loss at one size: ``step(embeddings)`` runs forward and backward from a fresh leaf."""
+    """One loss at one size: `step(embeddings)` runs forward and backward from a fresh leaf."""
 
     def __init__(
         self, name: str, loss, labels: torch.Tensor, prepare: Callable[[], None] = lambda: None, cube: bool = False
@@ -76,7 +77,7 @@ class Peer:
 
 
 def _pml_memory(loss, remembered: list[tuple[torch.Tensor, torch.Tensor]], batch: int, memory_class):
-    """A CrossBatchMemory of ``(TAU + 1) batch`` holding ``remembered``; ``prepare`` restores that state."""
+    """A CrossBatchMemory of `(TAU + 1) batch` holding `remembered`; `prepare` restores that state."""
     memory = memory_class(loss, embedding_size=DIM, memory_size=(TAU + 1) * batch)
     for embeddings, labels in remembered:
         memory.add_to_memory(embeddings, labels, batch)
@@ -91,7 +92,8 @@ def _pml_memory(loss, remembered: list[tuple[torch.Tensor, torch.Tensor]], batch
 
 
 def _embedding_memory(loss, remembered, device):
-    """A :class:`rambo.core.EmbeddingMemory` holding ``remembered``; ``prepare`` restores that state."""
+    """A [`rambo.core.EmbeddingMemory`][rambo.core.EmbeddingMemory] holding `remembered`; `prepare` restores that
+    state."""
     from .embedding_loss import EmbeddingMemory
 
     memory = EmbeddingMemory(loss, TAU).train()
@@ -102,7 +104,7 @@ def _embedding_memory(loss, remembered, device):
 
 
 def torchsort_status() -> str:
-    """``"ok"`` when torchsort imports (with its compiled extension), else why not."""
+    """`"ok"` when torchsort imports (with its compiled extension), else why not."""
     try:
         from .soft_rank_ap import import_torchsort
 
@@ -200,7 +202,7 @@ def measure_size(
 
 
 def element_costs(device: torch.device, batches=ELEMENT_SHAPES, seed: int = 0) -> list[dict]:
-    """ns per element of the native recall loss on a ``[B, 4 B - 1]`` score matrix (the memory's shape)
+    """ns per element of the native recall loss on a `[B, 4 B - 1]` score matrix (the memory's shape)
     beside the same scores as one row and one row-wise sort of the matrix, interleaved."""
     from .recall_loss import RecallLoss
 
@@ -251,8 +253,8 @@ def element_costs(device: torch.device, batches=ELEMENT_SHAPES, seed: int = 0) -
 
 
 def peers_table(device, sizes=SIZES, budget_gib: float | None = None, element_batches=ELEMENT_SHAPES) -> dict:
-    """The peers table at ``sizes`` on ``device`` (with and without the memory) and the per-element
-    costs; ``budget_gib``: the largest estimated peak to run (default 8 GiB on the CPU, 80 % of a
+    """The peers table at `sizes` on `device` (with and without the memory) and the per-element
+    costs; `budget_gib`: the largest estimated peak to run (default 8 GiB on the CPU, 80 % of a
     GPU's free memory)."""
     device = torch.device(device)
     if budget_gib is None:
@@ -311,7 +313,7 @@ def _cell(row: dict) -> str:
 
 
 def goals(result: dict) -> list[list]:
-    """The benchmark's goals per size: ``[size, RaMBO / best rank-based peer, RaMBO / contrastive]`` for
+    """The benchmark's goals per size: `[size, RaMBO / best rank-based peer, RaMBO / contrastive]` for
     each setting, the RaMBO loss being the faster of recall and AP."""
     table = []
     for memory in (False, True):

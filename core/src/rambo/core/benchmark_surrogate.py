@@ -2,8 +2,8 @@
 
     python -m rambo.core.benchmark_surrogate [--n 1e6] [--relevant 0.01] [--loss recall_at_k|smooth_ap]
 
-One row of ``n`` scores with a fraction ``relevant`` of relevant items: forward and backward of the
-loss, then the process's peak resident memory beside what the row's ``[P, N]`` differences would
+One row of `n` scores with a fraction `relevant` of relevant items: forward and backward of the
+loss, then the process's peak resident memory beside what the row's `[P, N]` differences would
 take as one float32 tensor, and the wall time. Run it in a fresh process (the peak is the process's).
 """
 

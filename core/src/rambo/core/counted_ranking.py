@@ -1,26 +1,26 @@
 """Alg. 1 for a few items per row, by counting instead of sorting.
 
-The RaMBO losses read ``rank_alpha(y)`` (Eq. 17-22) at the relevant items only. With ``k`` of them
-in a row of ``N`` scores, the rank of Eq. 2 needs no sort:
-``rank(y)_i = 1 + |{j : y_j > y_i}| + |{j < i : y_j = y_i}|`` (ties by position, as the sort's) is
-one comparison of the row with ``y_i``: ``k N`` comparisons for the row instead of an
-``O(N log N)`` sort, fewer operations while ``k`` is small (a batch of embeddings ranked against
+The RaMBO losses read `rank_alpha(y)` (Eq. 17-22) at the relevant items only. With `k` of them
+in a row of `N` scores, the rank of Eq. 2 needs no sort:
+`rank(y)_i = 1 + |{j : y_j > y_i}| + |{j < i : y_j = y_i}|` (ties by position, as the sort's) is
+one comparison of the row with `y_i`: `k N` comparisons for the row instead of an
+`O(N log N)` sort, fewer operations while `k` is small (a batch of embeddings ranked against
 the batch and its memory: a few images per class).
 
-The backward pass of Alg. 1 perturbs the same items, ``y_lam = y + lam_raw * dL/drank`` (zero
-elsewhere), and ``dL/dy = -(rank(y) - rank(y_lam)) / lam_raw``. An item ``e`` that does not move
+The backward pass of Alg. 1 perturbs the same items, `y_lam = y + lam_raw * dL/drank` (zero
+elsewhere), and `dL/dy = -(rank(y) - rank(y_lam)) / lam_raw`. An item `e` that does not move
 changes rank by the number of moved items that now lie before it less those that did before:
-``rank(y_lam)_e - rank(y)_e = sum_i [i before e in y_lam] - [i before e in y]``, ``k``
+`rank(y_lam)_e - rank(y)_e = sum_i [i before e in y_lam] - [i before e in y]`, `k`
 comparisons of the row again. A moved item's new rank is its rank among the old scores, corrected
-for the ``k`` moved items (their old scores out, their new ones in): ``k^2`` comparisons per row.
-Integers throughout, converted and divided as in :func:`.ranking.alg1_gradient`: the gradient is
-the dense Alg. 1's (and :class:`.item_ranking.BlackboxItemRank`'s) bit for bit, ties included
-(``core/tests/test_core_counted_ranking.py``).
+for the `k` moved items (their old scores out, their new ones in): `k^2` comparisons per row.
+Integers throughout, converted and divided as in `ranking.alg1_gradient`: the gradient is
+the dense Alg. 1's (and [`item_ranking.BlackboxItemRank`][rambo.core.item_ranking.BlackboxItemRank]'s) bit for bit, ties
+included (`core/tests/test_core_counted_ranking.py`).
 
-``i before e`` (Eq. 2's order): ``y_i > y_e``, or ``y_i = y_e`` and ``i < e``. The comparisons are
+`i before e` (Eq. 2's order): `y_i > y_e`, or `y_i = y_e` and `i < e`. The comparisons are
 float comparisons, so -0.0 and +0.0 are equal, as in the sort keys. The rows are visited by
-*slot*: slot ``s`` holds the ``s``-th item of every row that has one, so the work is the number of
-items times ``N`` whatever their spread over the rows.
+*slot*: slot `s` holds the `s`-th item of every row that has one, so the work is the number of
+items times `N` whatever their spread over the rows.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ _COUNT_DTYPE = torch.float32
 
 
 def counting_fits(rows: int, n: int, items: int, dtype: torch.dtype) -> bool:
-    """True when :class:`BlackboxCountedRank` is the cheaper exact path for ``items`` items in a
-    ``[rows, n]`` float32/float64 matrix (its counts are exact in float32 while n < 2**24)."""
+    """True when [`BlackboxCountedRank`][rambo.core.counted_ranking.BlackboxCountedRank] is the cheaper exact path for
+    `items` items in a `[rows, n]` float32/float64 matrix (its counts are exact in float32 while n < 2**24)."""
     return dtype in (torch.float32, torch.float64) and n < 2**24 and 0 < items <= ITEMS_PER_ROW_LIMIT * rows
 
 
@@ -53,27 +53,27 @@ def _slots(rows_of_items: torch.Tensor, num_rows: int) -> list[torch.Tensor]:
 
 
 def _rows_of(values: torch.Tensor, item_rows: torch.Tensor) -> torch.Tensor:
-    """The rows of ``values`` that hold the slot's items (all of them, in order, without a copy)."""
+    """The rows of `values` that hold the slot's items (all of them, in order, without a copy)."""
     return values if item_rows.shape[0] == values.shape[0] else values.index_select(0, item_rows)
 
 
 def _ties_before(block: torch.Tensor, value: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
-    """``|{j < c : y_j = v}|`` per row of ``block`` (value ``v`` and column ``c`` of each row's item)."""
+    """`|{j < c : y_j = v}|` per row of `block` (value `v` and column `c` of each row's item)."""
     left = torch.arange(block.shape[1], device=block.device) < columns.unsqueeze(1)
     return ((block == value.unsqueeze(1)) & left).sum(1)
 
 
 def _before_after_tie(block: torch.Tensor, value: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
-    """``[y_e = v and c < e]`` per entry ``e`` of ``block``: the entries an item at ``(v, c)`` ties and precedes."""
+    """`[y_e = v and c < e]` per entry `e` of `block`: the entries an item at `(v, c)` ties and precedes."""
     right = torch.arange(block.shape[1], device=block.device) > columns.unsqueeze(1)
     return (block == value.unsqueeze(1)) & right
 
 
 class BlackboxCountedRank(torch.autograd.Function):
-    """Ranks of the items at ``flat_index`` (row-major, distinct) of a ``[R, N]`` score matrix by
-    counting (module docstring); ``lam_raw`` as in :func:`.ranking.blackbox_rank`.
+    """Ranks of the items at `flat_index` (row-major, distinct) of a `[R, N]` score matrix by
+    counting (module docstring); `lam_raw` as in `ranking.blackbox_rank`.
 
-    Returns ``(ranks as floats [P], differentiable by Alg. 1; ranks as integers [P])``.
+    Returns `(ranks as floats [P], differentiable by Alg. 1; ranks as integers [P])`.
     """
 
     @staticmethod
@@ -152,9 +152,9 @@ class BlackboxCountedRank(torch.autograd.Function):
 
 
 def _moved_correction(slots, item_rows, columns, old, moved, num_rows) -> torch.Tensor:
-    """Per moved item ``i``: ``|{moved k : k before i in y_lam}| - |{moved k : (y_k, k) before (y_lam_i, i)}|``
-    over the moved items ``k`` of its row (``k = i`` included: it is never before itself in
-    ``y_lam``, and before ``(y_lam_i, i)`` in ``y`` when it moved down), as ``[R, slots]`` tables."""
+    """Per moved item `i`: `|{moved k : k before i in y_lam}| - |{moved k : (y_k, k) before (y_lam_i, i)}|`
+    over the moved items `k` of its row (`k = i` included: it is never before itself in
+    `y_lam`, and before `(y_lam_i, i)` in `y` when it moved down), as `[R, slots]` tables."""
     width = len(slots)
     table_old = old.new_full((num_rows, width), float("nan"))  # nan: no item in that slot (never before anything)
     table_new = table_old.clone()

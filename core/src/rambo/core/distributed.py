@@ -3,16 +3,16 @@
 A rank loss is not a sum over the batch: each item's rank depends on every other item. A process
 that ranks only its own share of a batch computes another loss than one process would on the whole
 batch, so several GPUs would change the loss, not only the speed. Under an initialised process group
-(:mod:`torch.distributed`), :func:`global_batch` gathers every process's share *with gradient*, in
-rank order, so every process sees the batch one process would see (the score memory then holds the
+(`torch.distributed`), [`global_batch`][rambo.core.distributed.global_batch] gathers every process's share *with
+gradient*, in rank order, so every process sees the batch one process would see (the score memory then holds the
 same global batches, in the same order, on every process).
 
 Why the gradient reaching the local share is multiplied by the world size: every process computes
 the same loss on the same global batch, and autograd reaches only its own share; DDP then *averages*
 the parameter gradients over the processes, while the global gradient is their *sum*. With the
 factor, a DDP model's parameter gradient is exactly the one-process gradient. The loss value is not
-scaled: the blackbox rank (paper Alg. 1) perturbs the scores by ``lam * dL/drank``, so a factor on the
-loss would change lambda, not only the gradient's size (:func:`rambo.core.scale_gradient`).
+scaled: the blackbox rank (paper Alg. 1) perturbs the scores by `lam * dL/drank`, so a factor on the
+loss would change lambda, not only the gradient's size ([`rambo.core.scale_gradient`][rambo.core.scale_gradient]).
 
 Without an initialised process group (or with one process) everything here returns its input.
 """
@@ -47,13 +47,13 @@ GATHERED_DTYPES = (
 
 
 def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
-    """``[n_r, ...]`` on each process r -> ``[n_0 + ... + n_{W-1}, ...]``, in rank order and identical on
-    every process; the local rows are ``tensor`` itself, so gradients flow back to this process's part
-    (``all_gather`` returns detached copies). ``n_r`` may differ between processes, zero included: the
+    """`[n_r, ...]` on each process r -> `[n_0 + ... + n_{W-1}, ...]`, in rank order and identical on
+    every process; the local rows are `tensor` itself, so gradients flow back to this process's part
+    (`all_gather` returns detached copies). `n_r` may differ between processes, zero included: the
     shapes are gathered first (one host read), each share is padded to the largest, gathered, and cut
-    back. The trailing dimensions and the dtype must agree; a ``ValueError`` names every process's
+    back. The trailing dimensions and the dtype must agree; a `ValueError` names every process's
     shape and dtype otherwise (raised on every process alike, so none is left waiting in a collective).
-    Returns ``tensor`` itself in a single process.
+    Returns `tensor` itself in a single process.
     """
     if world_size() == 1:
         return tensor
@@ -86,9 +86,9 @@ def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def global_batch(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Each ``[n_r, ...]`` tensor of this process -> the global batch's ``[n_0 + ... + n_{W-1}, ...]``,
-    in rank order and identical on every process (:func:`gather_with_grad`; shares may be uneven).
-    The gradient reaching this process's floating tensors is multiplied by the world size (module
+    """Each `[n_r, ...]` tensor of this process -> the global batch's `[n_0 + ... + n_{W-1}, ...]`,
+    in rank order and identical on every process ([`gather_with_grad`][rambo.core.distributed.gather_with_grad]; shares
+    may be uneven). The gradient reaching this process's floating tensors is multiplied by the world size (module
     docstring), so DDP's average of the parameter gradients is the one-process gradient. A collective:
     every process must call it at every step, with the same number of tensors. In a single process,
     the tensors themselves."""

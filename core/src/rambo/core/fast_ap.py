@@ -12,19 +12,19 @@ from .validation import as_number, check_integer
 
 
 class FastAPLoss(SurrogateLoss):
-    """``1 - FastAP``, ``FastAP = (1/|P|) sum_l h+_l H+_l / H_l`` over ``bins + 1`` bin centres.
+    """`1 - FastAP`, `FastAP = (1/|P|) sum_l h+_l H+_l / H_l` over `bins + 1` bin centres.
 
-    Bin centres ``z_l = hi - l * delta`` (l = 0..bins, delta = (hi - lo) / bins) run from the best
+    Bin centres `z_l = hi - l * delta` (l = 0..bins, delta = (hi - lo) / bins) run from the best
     score to the worst; each item spreads over the two nearest centres with the triangular kernel
-    ``max(0, 1 - |s - z_l| / delta)``. ``h+``/``h`` are the soft counts of relevant/all valid items
-    per bin, ``H+``/``H`` their cumulative sums (items at least as good as bin l); bins with
-    ``H_l = 0`` add nothing. Scores are clamped to ``score_range`` (cosine scores: (-1, 1), which
+    `max(0, 1 - |s - z_l| / delta)`. `h+`/`h` are the soft counts of relevant/all valid items
+    per bin, `H+`/`H` their cumulative sums (items at least as good as bin l); bins with
+    `H_l = 0` add nothing. Scores are clamped to `score_range` (cosine scores: (-1, 1), which
     is FastAP's distance range [0, 4] of unit vectors).
 
-    Call: ``loss(scores [Q, N] floating, relevant [Q, N] bool, valid [Q, N] bool | None)`` -> a
-    0-dimensional tensor, the mean over the rows with a relevant valid item; ``valid`` marks the items
+    Call: `loss(scores [Q, N] floating, relevant [Q, N] bool, valid [Q, N] bool | None)` -> a
+    0-dimensional tensor, the mean over the rows with a relevant valid item; `valid` marks the items
     that take part in each row (default: all). For embeddings and labels:
-    ``rambo.core.EmbeddingLoss(loss)(embeddings, labels)``.
+    `rambo.core.EmbeddingLoss(loss)(embeddings, labels)`.
     """
 
     def __init__(self, bins: int = 10, score_range: tuple[float, float] = (-1.0, 1.0)):

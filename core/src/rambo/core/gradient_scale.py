@@ -1,11 +1,11 @@
 """Weighting a rank-based loss without changing its lambda: scale the gradient *after* the rank.
 
-In blackbox differentiation (paper Alg. 1) the backward pass of ``rank`` perturbs the scores by
-``lam * dL/drank``. A weight ``w`` on the loss value multiplies that incoming gradient, so
-``w * loss`` returns ``w`` times the gradient of the loss at ``lam' = w * lam``: a weight placed
-before the rank is also a change of lambda. :func:`scale_gradient` placed on the *scores* (the
+In blackbox differentiation (paper Alg. 1) the backward pass of `rank` perturbs the scores by
+`lam * dL/drank`. A weight `w` on the loss value multiplies that incoming gradient, so
+`w * loss` returns `w` times the gradient of the loss at `lam' = w * lam`: a weight placed
+before the rank is also a change of lambda. [`scale_gradient`][rambo.core.scale_gradient] placed on the *scores* (the
 rank's input, on the network side) leaves the loss value and the rank's backward untouched and
-multiplies only the gradient that reaches the network: the same items move, by ``w`` times as much.
+multiplies only the gradient that reaches the network: the same items move, by `w` times as much.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 
 
 class _ScaleGradient(torch.autograd.Function):
-    """Identity in the forward pass; multiplies the incoming gradient by ``factor`` in backward."""
+    """Identity in the forward pass; multiplies the incoming gradient by `factor` in backward."""
 
     @staticmethod
     def forward(ctx, tensor: torch.Tensor, factor: float) -> torch.Tensor:
@@ -27,9 +27,9 @@ class _ScaleGradient(torch.autograd.Function):
 
 
 def scale_gradient(tensor: torch.Tensor, factor: float) -> torch.Tensor:
-    """``tensor`` unchanged, whose gradient is multiplied by ``factor`` on its way back.
+    """`tensor` unchanged, whose gradient is multiplied by `factor` on its way back.
 
-    Raises ``ValueError`` for a factor that is not finite or not positive (a zero or negative
+    Raises `ValueError` for a factor that is not finite or not positive (a zero or negative
     factor would silently stop or reverse learning).
     """
     factor = float(factor)

@@ -1,15 +1,15 @@
 """Counting the operations that make the host wait for the device, on any device.
 
-On a GPU, an operation whose result the host must read (``bool(t)``, ``int(t)``, ``t.item()``) or
-whose output shape depends on the data (``nonzero``, boolean-mask indexing, ``unique``,
-``bincount``, ``masked_select``, ``repeat_interleave`` without ``output_size``) waits until the
-device has finished everything queued before it. :class:`HostSyncCounter` is a
-``TorchDispatchMode`` that counts those operations as they are dispatched, so the count is the
+On a GPU, an operation whose result the host must read (`bool(t)`, `int(t)`, `t.item()`) or
+whose output shape depends on the data (`nonzero`, boolean-mask indexing, `unique`,
+`bincount`, `masked_select`, `repeat_interleave` without `output_size`) waits until the
+device has finished everything queued before it. [`HostSyncCounter`][rambo.core.host_syncs.HostSyncCounter] is a
+`TorchDispatchMode` that counts those operations as they are dispatched, so the count is the
 same on the CPU (where nothing waits) as on a GPU: the tests assert 0 for the dense losses on the
-CPU, and ``make gpu-check`` confirms it with ``torch.cuda.set_sync_debug_mode``.
+CPU, and `make gpu-check` confirms it with `torch.cuda.set_sync_debug_mode`.
 
-The operations inside the ranking operator (``rambo::blackbox_rank``: a sort and scatters) are not
-seen through it; :func:`rambo.core.ranking.exact_rank` and ``alg1_gradient`` are counted directly.
+The operations inside the ranking operator (`rambo::blackbox_rank`: a sort and scatters) are not
+seen through it; [`rambo.core.ranking.exact_rank`][rambo.core.exact_rank] and `alg1_gradient` are counted directly.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def _has_bool_index(args) -> bool:
 
 
 class HostSyncCounter(TorchDispatchMode):
-    """``with HostSyncCounter() as counter: ...``; then ``counter.total`` and ``counter.ops``
-    (a ``Counter`` of operator names)."""
+    """`with HostSyncCounter() as counter: ...`; then `counter.total` and `counter.ops`
+    (a `Counter` of operator names)."""
 
     def __init__(self):
         super().__init__()
@@ -73,7 +73,7 @@ class HostSyncCounter(TorchDispatchMode):
 
 
 def count_host_syncs(function, *args, **kwargs) -> tuple[int, Counter]:
-    """``(count, by operator)`` of the syncing operations while ``function(*args, **kwargs)`` runs."""
+    """`(count, by operator)` of the syncing operations while `function(*args, **kwargs)` runs."""
     with HostSyncCounter() as counter:
         function(*args, **kwargs)
     return counter.total, counter.ops

@@ -1,9 +1,9 @@
 """Alg. 1 for a loss that reads the ranks of a few items only (the relevant ones): the backward
 pass re-ranks the items that move instead of sorting every score again.
 
-Every RaMBO loss (Eq. 17-22) uses ``rank_alpha(y)`` at the P relevant items alone, so
-``dL/drank`` is zero everywhere else and the perturbed scores ``y_lam = y + lam * dL/drank`` of
-Alg. 1 differ from ``y`` at those P items only. Given the forward's sort, the perturbed ranking
+Every RaMBO loss (Eq. 17-22) uses `rank_alpha(y)` at the P relevant items alone, so
+`dL/drank` is zero everywhere else and the perturbed scores `y_lam = y + lam * dL/drank` of
+Alg. 1 differ from `y` at those P items only. Given the forward's sort, the perturbed ranking
 then follows exactly, in O(N + P log N) instead of a second O(N) sort with its scatters:
 
 * a moved item's new position: the number of unmoved items before its new score (a binary search
@@ -14,8 +14,8 @@ then follows exactly, in O(N + P log N) instead of a second O(N) sort with its s
   difference array of 2P entries and one cumulative sum; one scatter through the forward's order
   brings it to the items.
 
-The result equals ``rank(y_lam) - rank(y)`` of the dense Alg. 1 (the operator ``rambo::blackbox_rank`` of :mod:`.ranking`)
-bit for bit, ties included (tested against it), so :func:`rank_items` and ``rank(scores, lam)[index]``
+The result equals `rank(y_lam) - rank(y)` of the dense Alg. 1 (the operator `rambo::blackbox_rank` of `ranking`)
+bit for bit, ties included (tested against it), so [`rank_items`][rambo.core.rank_items] and `rank(scores, lam)[index]`
 are the same function with the same gradient. It is used on the CPU, where the second sort was the
 cost; on a GPU a sort is cheap and the dense path is used.
 """
@@ -31,10 +31,10 @@ from .ranking import rank_with_integers, sort_keys
 def positions_in_sorted(
     sorted_keys: torch.Tensor, order: torch.Tensor, keys: torch.Tensor, index: torch.Tensor
 ) -> torch.Tensor:
-    """Number of entries ``(sorted_keys[p], order[p])`` lexicographically before ``(keys, index)``.
+    """Number of entries `(sorted_keys[p], order[p])` lexicographically before `(keys, index)`.
 
-    ``sorted_keys``/``order``: a stable ascending sort (values and indices) of 1-D keys, so equal
-    keys appear by increasing index; ``keys``/``index``: queries, 1-D. For a query that is itself
+    `sorted_keys`/`order`: a stable ascending sort (values and indices) of 1-D keys, so equal
+    keys appear by increasing index; `keys`/`index`: queries, 1-D. For a query that is itself
     an entry this is its position. A binary search over the keys, then, for the queries whose key
     is present, over the indices within the run of equal keys: O(P log N) for P queries. The
     queries are searched in ascending order, so that neighbouring searches share their path
@@ -62,10 +62,10 @@ def positions_in_sorted(
 
 
 class BlackboxItemRank(torch.autograd.Function):
-    """Ranks of the items at ``flat_index`` of a ``[R, N]`` score matrix, Alg. 1 backward by re-ranking
-    only the moved items. ``lam_raw`` as in :func:`.ranking.blackbox_rank`.
+    """Ranks of the items at `flat_index` of a `[R, N]` score matrix, Alg. 1 backward by re-ranking
+    only the moved items. `lam_raw` as in `ranking.blackbox_rank`.
 
-    Returns ``(ranks as floats [P], differentiable; ranks as integers [P])``.
+    Returns `(ranks as floats [P], differentiable; ranks as integers [P])`.
     """
 
     @staticmethod
@@ -122,14 +122,14 @@ class BlackboxItemRank(torch.autograd.Function):
 def rank_items(
     scores: torch.Tensor, index: tuple[torch.Tensor, torch.Tensor], lam: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``rank(scores, lam)[index]`` and the same ranks as integers, for ``scores: [R, N]`` and
-    ``index = (rows, columns)`` in row-major order (as ``relevant.nonzero(as_tuple=True)``).
+    """`rank(scores, lam)[index]` and the same ranks as integers, for `scores: [R, N]` and
+    `index = (rows, columns)` in row-major order (as `relevant.nonzero(as_tuple=True)`).
 
     Inputs are assumed checked (the losses check them). On the CPU, with a few items per row
-    (:func:`.counted_ranking.counting_fits`), float32 or float64, the ranks are counted
-    (:class:`.counted_ranking.BlackboxCountedRank`: no sort); else, for float32 (or one row of
-    float64), the backward re-ranks only the P indexed items (module docstring); otherwise it is
-    the dense Alg. 1. Same values and gradients every way.
+    ([`counted_ranking.counting_fits`][rambo.core.counted_ranking.counting_fits]), float32 or float64, the ranks are
+    counted ([`counted_ranking.BlackboxCountedRank`][rambo.core.counted_ranking.BlackboxCountedRank]: no sort); else,
+    for float32 (or one row of float64), the backward re-ranks only the P indexed items (module docstring); otherwise it
+    is the dense Alg. 1. Same values and gradients every way.
     """
     rows, n = scores.shape
     keyed = scores.dtype == torch.float32 and rows < 2**31 or rows == 1 and scores.dtype == torch.float64

@@ -1,4 +1,4 @@
-"""Mean-average-precision losses for ``[items, classes]`` score matrices (Eq. 6, 22, 23)."""
+"""Mean-average-precision losses for `[items, classes]` score matrices (Eq. 6, 22, 23)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from .validation import check_scores_and_relevance
 
 
 class MAPLoss(APLoss):
-    """``1 - mAP`` (Eq. 6, 22): the mean over classes present of each column's AP loss.
+    """`1 - mAP` (Eq. 6, 22): the mean over classes present of each column's AP loss.
 
-    Call: ``loss(scores [N, C] floating, labels [N, C] bool)`` -> a 0-dimensional tensor; column ``c``
-    ranks the N items by their class-``c`` score. Classes with no positive item in the batch are left
-    out of the mean. (For embeddings, the mAP over queries is ``EmbeddingLoss(APLoss(...))``.)
+    Call: `loss(scores [N, C] floating, labels [N, C] bool)` -> a 0-dimensional tensor; column `c`
+    ranks the N items by their class-`c` score. Classes with no positive item in the batch are left
+    out of the mean. (For embeddings, the mAP over queries is `EmbeddingLoss(APLoss(...))`.)
     """
 
     ranked_dim = 0
@@ -32,9 +32,9 @@ class MAPLoss(APLoss):
 
 
 class APCLoss(APLoss):
-    """AP-C (Eq. 23): one AP loss over the ``[N, C]`` matrix flattened into a single ranking.
+    """AP-C (Eq. 23): one AP loss over the `[N, C]` matrix flattened into a single ranking.
 
-    Call: ``loss(scores [N, C] floating, labels [N, C] bool)`` -> a 0-dimensional tensor, ``1 - AP`` of
+    Call: `loss(scores [N, C] floating, labels [N, C] bool)` -> a 0-dimensional tensor, `1 - AP` of
     the N * C entries ranked together.
     """
 

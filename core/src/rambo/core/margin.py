@@ -13,12 +13,12 @@ def shift_by_margin(
     margin: float,
     relevant_index: tuple[torch.Tensor, ...] | None = None,
 ) -> torch.Tensor:
-    """Eq. 14: relevant scores move down by ``margin / 2``, irrelevant scores up by ``margin / 2``.
+    """Eq. 14: relevant scores move down by `margin / 2`, irrelevant scores up by `margin / 2`.
 
-    Ranking the shifted scores is ``rank_alpha`` of Eq. 15: a relevant item only counts as ranked
-    above an irrelevant one when it leads by more than ``margin``. ``relevant_index`` may pass
-    ``relevant.nonzero(as_tuple=True)`` when the caller has it already; without it the dense form
-    runs where :func:`rambo.core.loss_path.use_dense` says so.
+    Ranking the shifted scores is `rank_alpha` of Eq. 15: a relevant item only counts as ranked
+    above an irrelevant one when it leads by more than `margin`. `relevant_index` may pass
+    `relevant.nonzero(as_tuple=True)` when the caller has it already; without it the dense form
+    runs where [`rambo.core.loss_path.use_dense`][rambo.core.loss_path.use_dense] says so.
     """
     if margin == 0:
         return scores

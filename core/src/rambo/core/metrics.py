@@ -1,11 +1,11 @@
-"""Rank-based retrieval metrics on ``(scores: [Q, N], relevant: [Q, N] bool)``.
+"""Rank-based retrieval metrics on `(scores: [Q, N], relevant: [Q, N] bool)`.
 
 Every metric is a fraction in [0, 1] (not a percentage; the paper's tables show percentages).
 
-Row ``q`` is one query's scores over N items. Ties are broken by position, exactly as in
-:func:`rambo.core.rank` (the earlier item ranks higher), so every metric is a deterministic function
+Row `q` is one query's scores over N items. Ties are broken by position, exactly as in
+[`rambo.core.rank`][rambo.core.rank] (the earlier item ranks higher), so every metric is a deterministic function
 of its inputs. Rows without a relevant item are left out of every mean (the metric is undefined
-for them); a mean over no row is ``nan``.
+for them); a mean over no row is `nan`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .validation import check_scores_and_relevance
 
 
 def _relevance_in_rank_order(scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-    """``[Q, N]`` float64 0/1: row q's relevance listed from its best-ranked item to its worst."""
+    """`[Q, N]` float64 0/1: row q's relevance listed from its best-ranked item to its worst."""
     check_scores_and_relevance(scores, relevant)
     order = descending_order(scores)
     return relevant.gather(-1, order).to(torch.float64)
@@ -31,8 +31,8 @@ def _mean_over_rows_with_relevant(values: torch.Tensor, relevant: torch.Tensor) 
 def average_precision(scores: torch.Tensor, relevant: torch.Tensor, reduction: str = "mean"):
     """AP of each row (Eq. 4-5): the mean over relevant items of precision at their rank.
 
-    ``reduction="mean"`` gives the mean over rows with a relevant item (mAP of Eq. 6 when rows
-    are classes) as a float; ``"none"`` gives ``[Q]`` float64 (``nan`` for rows with none).
+    `reduction="mean"` gives the mean over rows with a relevant item (mAP of Eq. 6 when rows
+    are classes) as a float; `"none"` gives `[Q]` float64 (`nan` for rows with none).
     """
     hits = _relevance_in_rank_order(scores, relevant)
     positions = torch.arange(1, hits.shape[-1] + 1, dtype=torch.float64, device=hits.device)
@@ -44,9 +44,9 @@ def average_precision(scores: torch.Tensor, relevant: torch.Tensor, reduction: s
 def recall_at_k(scores: torch.Tensor, relevant: torch.Tensor, ks=(1,)) -> dict[int, float] | float:
     """Recall@K (Eq. 7-8): the fraction of queries with a relevant item among their top K.
 
-    ``ks``: one K (``recall_at_k(scores, relevant, 1)``) gives that fraction as a float; several
-    (``ks=(1, 10)``) give ``{k: fraction}`` for each. Fractions are in [0, 1] (0.5 is 50% R@1), over
-    the rows with a relevant item (``nan`` when none has one). A K larger than the number of items
+    `ks`: one K (`recall_at_k(scores, relevant, 1)`) gives that fraction as a float; several
+    (`ks=(1, 10)`) give `{k: fraction}` for each. Fractions are in [0, 1] (0.5 is 50% R@1), over
+    the rows with a relevant item (`nan` when none has one). A K larger than the number of items
     counts every item.
     """
     single = not isinstance(ks, (list, tuple, range, set, frozenset, torch.Tensor))
@@ -62,7 +62,7 @@ def recall_at_k(scores: torch.Tensor, relevant: torch.Tensor, ks=(1,)) -> dict[i
 
 
 def map_at_r(scores: torch.Tensor, relevant: torch.Tensor, reduction: str = "mean"):
-    """MAP@R (Musgrave et al. 2020): ``(1/R) sum_{i<=R} precision@i * rel(i)``, R = number relevant."""
+    """MAP@R (Musgrave et al. 2020): `(1/R) sum_{i<=R} precision@i * rel(i)`, R = number relevant."""
     hits = _relevance_in_rank_order(scores, relevant)
     r = hits.sum(-1, keepdim=True)
     positions = torch.arange(1, hits.shape[-1] + 1, dtype=torch.float64, device=hits.device)

@@ -1,9 +1,9 @@
 """Peak tensor memory of one call, the benchmarks' one way of measuring it (CPU and GPU).
 
 On the CPU the peak is the highest running sum of the allocation (and free) events that
-``torch.profiler`` records with ``profile_memory=True`` during the call: tensor bytes above what was
+`torch.profiler` records with `profile_memory=True` during the call: tensor bytes above what was
 allocated before it, not the process's resident set. On a GPU it is the caching allocator's
-``max_memory_allocated`` less ``memory_allocated`` before the call.
+`max_memory_allocated` less `memory_allocated` before the call.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 
 
 def cpu_peak_bytes(run: Callable[[], object]) -> int:
-    """The peak of the running sum of the CPU allocations (and frees) made by ``run()``."""
+    """The peak of the running sum of the CPU allocations (and frees) made by `run()`."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
@@ -30,7 +30,7 @@ def cpu_peak_bytes(run: Callable[[], object]) -> int:
 
 
 def peak_bytes_above(run: Callable[[], object], device: torch.device) -> int:
-    """Peak tensor bytes allocated by ``run()`` above what was allocated before it, on ``device``."""
+    """Peak tensor bytes allocated by `run()` above what was allocated before it, on `device`."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)

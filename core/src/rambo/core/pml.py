@@ -1,46 +1,51 @@
-"""rambo.core's rank losses as pytorch-metric-learning (PML) loss functions: ``pip install "./core[pml]"``.
+"""rambo.core's rank losses as pytorch-metric-learning (PML) loss functions: `pip install "./core[pml]"`.
 
-(From a clone of the repository; the package is not on PyPI yet, where its name will be ``rambo-core``.)
+(From a clone of the repository; the package is not on PyPI yet, where its name will be `rambo-core`.)
 
-This module is the only one that imports PML; ``import rambo.core`` never does. Classes::
+This module is the only one that imports PML; `import rambo.core` never does. Classes:
 
-    RankLossAdapter(loss, distance=None, reducer=None, embedding_regularizer=None, ...)
-    RaMBORecallLoss(margin, lam, weighting, **pml_kwargs)     RecallLoss (Eq. 16-20)
-    RaMBOAPLoss(margin, lam, **pml_kwargs)                    APLoss (Eq. 21-22)
-    RecallAtKSurrogateLoss(ks, tau1, tau2, clip_numerator, **pml_kwargs)  RecallAtKSurrogate
-    CrossBatchMemory(loss, embedding_size, memory_size, miner=None)
+- [`RankLossAdapter`][rambo.core.pml.RankLossAdapter]`(loss, distance=None, reducer=None,
+  embedding_regularizer=None, ...)`
+- [`RaMBORecallLoss`][rambo.core.pml.RaMBORecallLoss]`(margin, lam, weighting, **pml_kwargs)`:
+  [`RecallLoss`][rambo.core.RecallLoss] (Eq. 16-20)
+- [`RaMBOAPLoss`][rambo.core.pml.RaMBOAPLoss]`(margin, lam, **pml_kwargs)`: [`APLoss`][rambo.core.APLoss]
+  (Eq. 21-22)
+- [`RecallAtKSurrogateLoss`][rambo.core.pml.RecallAtKSurrogateLoss]`(ks, tau1, tau2, clip_numerator,
+  **pml_kwargs)`: [`RecallAtKSurrogate`][rambo.core.RecallAtKSurrogate]
+- [`CrossBatchMemory`][rambo.core.pml.CrossBatchMemory]`(loss, embedding_size, memory_size, miner=None)`
 
-Called as every PML loss: ``loss(embeddings, labels, indices_tuple=None, ref_emb=None, ref_labels=None)``.
+Called as every PML loss: `loss(embeddings, labels, indices_tuple=None, ref_emb=None, ref_labels=None)`.
 
-What a call computes. Each query (row of ``embeddings``) ranks a set of reference items (rows of
-``ref_emb``, default: the batch itself) by cosine similarity, and the wrapped rank loss is taken
-per row over *exactly* that set, as ``rambo.core`` does on ``pairwise_scores``:
+What a call computes. Each query (row of `embeddings`) ranks a set of reference items (rows of
+`ref_emb`, default: the batch itself) by cosine similarity, and the wrapped rank loss is taken
+per row over *exactly* that set, as `rambo.core` does on `pairwise_scores`:
 
-* ``indices_tuple=None``: every reference item except the query itself; relevant = same label.
-* pairs ``(a1, p, a2, n)`` (a miner's output, or what ``CrossBatchMemory`` builds): query ``a``
-  ranks the ``p`` of its positive pairs (relevant) and the ``n`` of its negative pairs
+* `indices_tuple=None`: every reference item except the query itself; relevant = same label.
+* pairs `(a1, p, a2, n)` (a miner's output, or what `CrossBatchMemory` builds): query `a`
+  ranks the `p` of its positive pairs (relevant) and the `n` of its negative pairs
   (irrelevant), nothing else. Queries that appear in no positive pair are not queries.
-* triplets ``(a, p, n)``: likewise; a rank loss does not use the triplets as triplets, only the
+* triplets `(a, p, n)`: likewise; a rank loss does not use the triplets as triplets, only the
   set of positives and negatives each anchor is listed with.
 
 The query never ranks itself: its own column when the reference set is the batch, and in a
 separate reference set every entry that is an exact copy of it (the same bits and label). That is
-how ``CrossBatchMemory`` works: it writes the current batch, detached, into its memory *before*
+how `CrossBatchMemory` works: it writes the current batch, detached, into its memory *before*
 calling the loss (and removes the query's pair with its own copy from the indices it builds). The
 adapter finds those copies and (a) leaves them out of their query's ranking, (b) puts the *live*
 query embedding in their place for every other query, so that the gradient reaches the current
 batch in both roles, as query and as ranked item, exactly as in the paper's score memory
-(Sec. 4.3, :class:`rambo.core.EmbeddingMemory`); older entries stay detached. Edge case: two
+(Sec. 4.3, [`rambo.core.EmbeddingMemory`][rambo.core.EmbeddingMemory]); older entries stay detached. Edge case: two
 queries with bit-identical embeddings and the same label (the same image twice, no augmentation)
 cannot be told apart in a reference set, and each is then left out of the other's ranking too.
 
 Rows with different numbers of ranked items. The blackbox backward of the RaMBO losses perturbs
-by ``lam * N`` with N the row's length, so each row must be ranked over exactly its items: the
-rows are grouped by their number of items and each group is one dense ``[rows, N]`` call (no
-placeholder scores). The surrogates rank over a ``valid`` mask, which is exact already.
+by `lam * N` with N the row's length, so each row must be ranked over exactly its items: the
+rows are grouped by their number of items and each group is one dense `[rows, N]` call (no
+placeholder scores). The surrogates rank over a `valid` mask, which is exact already.
 
-Distances: cosine similarity only (``CosineSimilarity``, or ``DotProductSimilarity`` with
-normalised embeddings); see :func:`check_distance`. Reducers: see :func:`check_reducer`.
+Distances: cosine similarity only (`CosineSimilarity`, or `DotProductSimilarity` with
+normalised embeddings); see [`check_distance`][rambo.core.pml.check_distance]. Reducers: see
+[`check_reducer`][rambo.core.pml.check_reducer].
 """
 
 from __future__ import annotations
@@ -76,13 +81,13 @@ MEAN_REDUCERS = (MeanReducer, ThresholdReducer, AvgNonZeroReducer)
 
 
 def check_distance(distance) -> None:
-    """Raise ``ValueError`` unless ``distance`` computes cosine similarities.
+    """Raise `ValueError` unless `distance` computes cosine similarities.
 
     RaMBO ranks by cosine similarity (paper Sec. 5.1): the margin alpha (Eq. 14) and lambda are in
-    units of scores in [-1, 1], and higher must mean closer. An ``LpDistance`` is a distance (lower
+    units of scores in [-1, 1], and higher must mean closer. An `LpDistance` is a distance (lower
     = closer: the ranking would be upside down, and its negation is not in those units); an
-    unnormalised dot product or ``power != 1`` changes the scale of the scores, hence what margin
-    and lambda mean; ``SNRDistance`` and ``BatchedDistance`` are not similarities of two embeddings.
+    unnormalised dot product or `power != 1` changes the scale of the scores, hence what margin
+    and lambda mean; `SNRDistance` and `BatchedDistance` are not similarities of two embeddings.
     """
     ok = (
         type(distance) in (CosineSimilarity, DotProductSimilarity)
@@ -102,17 +107,17 @@ def check_distance(distance) -> None:
 
 
 def check_reducer(reducer) -> None:
-    """Raise ``ValueError`` unless ``reducer`` reduces the per-query losses by a mean over queries.
+    """Raise `ValueError` unless `reducer` reduces the per-query losses by a mean over queries.
 
-    The adapter hands the reducer one loss per query row (``reduction_type="element"``, indices =
-    the query rows). Accepted: ``MeanReducer`` (the default: rambo.core's mean over the queries
-    that have a relevant item), ``ThresholdReducer`` / ``AvgNonZeroReducer`` (the mean over the
-    queries whose loss passes the filter, i.e. the rank loss of those queries), ``DoNothingReducer``
-    (the per-query losses, for you to reduce), and ``PerAnchorReducer`` / ``MultipleReducers``
-    around accepted reducers. Refused: ``SumReducer``, ``ClassWeightedReducer``, ``DivisorReducer``
+    The adapter hands the reducer one loss per query row (`reduction_type="element"`, indices =
+    the query rows). Accepted: `MeanReducer` (the default: rambo.core's mean over the queries
+    that have a relevant item), `ThresholdReducer` / `AvgNonZeroReducer` (the mean over the
+    queries whose loss passes the filter, i.e. the rank loss of those queries), `DoNothingReducer`
+    (the per-query losses, for you to reduce), and `PerAnchorReducer` / `MultipleReducers`
+    around accepted reducers. Refused: `SumReducer`, `ClassWeightedReducer`, `DivisorReducer`
     and unknown reducers, because a weight on a rank loss's value is a change of its lambda (the
-    blackbox backward perturbs by ``lam * dL/drank``); weight the gradient with
-    :func:`rambo.core.scale_gradient` on the embeddings instead.
+    blackbox backward perturbs by `lam * dL/drank`); weight the gradient with
+    [`rambo.core.scale_gradient`][rambo.core.scale_gradient] on the embeddings instead.
     """
     if type(reducer) in MEAN_REDUCERS or type(reducer) is DoNothingReducer:
         return
@@ -149,7 +154,7 @@ def _fingerprints(words: torch.Tensor) -> torch.Tensor:
 
 
 def own_copies(embeddings, labels, ref_emb, ref_labels) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(query rows, reference rows)`` of the reference entries that are exact copies of a query:
+    """`(query rows, reference rows)` of the reference entries that are exact copies of a query:
     the same bits and, when both label sets are given, the same label."""
     q_words, r_words = _bit_rows(embeddings), _bit_rows(ref_emb)
     same = _fingerprints(q_words).unsqueeze(1) == _fingerprints(r_words).unsqueeze(0)
@@ -163,15 +168,15 @@ def own_copies(embeddings, labels, ref_emb, ref_labels) -> tuple[torch.Tensor, t
 
 
 class RankLossAdapter(pml_losses.BaseMetricLossFunction):
-    """A rambo.core rank loss (``loss(scores [Q, N], relevant [Q, N])``) as a PML loss function.
+    """A rambo.core rank loss (`loss(scores [Q, N], relevant [Q, N])`) as a PML loss function.
 
     Args:
-        loss: a :class:`rambo.core.RankLoss` that ranks along the last dimension (``RecallLoss``,
-            ``APLoss``, ``RecallAtKSurrogate``, ``SmoothAPLoss``, ``FastAPLoss``; not ``MAPLoss`` /
-            ``APCLoss``, which rank items per class).
-        distance: ``CosineSimilarity()`` (default); see :func:`check_distance`.
-        reducer: ``MeanReducer()`` (default); see :func:`check_reducer`.
-        **kwargs: PML's other options (``embedding_regularizer``, ``collect_stats``).
+        loss: a [`rambo.core.RankLoss`][rambo.core.RankLoss] that ranks along the last dimension (`RecallLoss`,
+            `APLoss`, `RecallAtKSurrogate`, `SmoothAPLoss`, `FastAPLoss`; not `MAPLoss` /
+            `APCLoss`, which rank items per class).
+        distance: `CosineSimilarity()` (default); see [`check_distance`][rambo.core.pml.check_distance].
+        reducer: `MeanReducer()` (default); see [`check_reducer`][rambo.core.pml.check_reducer].
+        **kwargs: PML's other options (`embedding_regularizer`, `collect_stats`).
 
     See the module docstring for what a call computes (self-exclusion, indices tuples, memory).
     """
@@ -220,7 +225,7 @@ class RankLossAdapter(pml_losses.BaseMetricLossFunction):
 
     @staticmethod
     def ranked_items(labels, ref_labels, indices_tuple, num_queries, num_items, device):
-        """``(valid, relevant)``, both ``[queries, items]`` bool: what each query ranks, and which of
+        """`(valid, relevant)`, both `[queries, items]` bool: what each query ranks, and which of
         those are relevant (from the labels, or from the indices tuple's positive/negative roles)."""
         if indices_tuple is None:
             if labels is None or ref_labels is None:
@@ -256,7 +261,7 @@ class RankLossAdapter(pml_losses.BaseMetricLossFunction):
         return positive | negative, positive
 
     def row_losses(self, scores, relevant, valid, queries):
-        """The wrapped loss of each query row, over exactly its valid items, in ``queries`` order."""
+        """The wrapped loss of each query row, over exactly its valid items, in `queries` order."""
         scores, relevant, valid = scores[queries], relevant[queries], valid[queries]
         if isinstance(self.rank_loss, SurrogateLoss):  # ranks over a valid mask: exact as it is
             check_scores_and_relevance(scores, relevant)
@@ -278,21 +283,22 @@ class RankLossAdapter(pml_losses.BaseMetricLossFunction):
 
 
 class RaMBORecallLoss(RankLossAdapter):
-    """:class:`rambo.core.RecallLoss` (Eq. 16-20) as a PML loss; PML options as keyword arguments."""
+    """[`rambo.core.RecallLoss`][rambo.core.RecallLoss] (Eq. 16-20) as a PML loss; PML options as keyword arguments."""
 
     def __init__(self, margin: float = 0.0, lam: float = 4.0, weighting: str = "log", **kwargs):
         super().__init__(RecallLoss(margin, lam, weighting), **kwargs)
 
 
 class RaMBOAPLoss(RankLossAdapter):
-    """:class:`rambo.core.APLoss` (Eq. 21-22) as a PML loss; PML options as keyword arguments."""
+    """[`rambo.core.APLoss`][rambo.core.APLoss] (Eq. 21-22) as a PML loss; PML options as keyword arguments."""
 
     def __init__(self, margin: float = 0.0, lam: float = 0.5, **kwargs):
         super().__init__(APLoss(margin, lam), **kwargs)
 
 
 class RecallAtKSurrogateLoss(RankLossAdapter):
-    """:class:`rambo.core.RecallAtKSurrogate` as a PML loss; PML options as keyword arguments."""
+    """[`rambo.core.RecallAtKSurrogate`][rambo.core.RecallAtKSurrogate] as a PML loss; PML options as keyword
+    arguments."""
 
     def __init__(self, ks=(1, 2, 4, 8, 16), tau1: float = 0.01, tau2=1.0, clip_numerator: bool = True, **kwargs):
         super().__init__(RecallAtKSurrogate(ks, tau1, tau2, clip_numerator), **kwargs)
@@ -308,12 +314,12 @@ def _adapter_names() -> set[str]:
 
 
 class CrossBatchMemory(pml_losses.CrossBatchMemory):
-    """PML's ``CrossBatchMemory``, unchanged except that it accepts the adapters of this module.
+    """PML's `CrossBatchMemory`, unchanged except that it accepts the adapters of this module.
 
-    PML's own class refuses every loss not on its list (``check_loss_support``, by class name).
+    PML's own class refuses every loss not on its list (`check_loss_support`, by class name).
     With an adapter inside, it is the paper's score memory (Sec. 4.3): see the module docstring.
-    ``memory_size = (tau + 1) * batch_size`` holds the current batch and the ``tau`` before it,
-    as ``rambo.core.EmbeddingMemory(loss, tau)`` does.
+    `memory_size = (tau + 1) * batch_size` holds the current batch and the `tau` before it,
+    as `rambo.core.EmbeddingMemory(loss, tau)` does.
     """
 
     @classmethod

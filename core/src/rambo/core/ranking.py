@@ -1,16 +1,16 @@
 """Exact ranking with a blackbox-differentiation backward pass (paper Eq. 1-2, Alg. 1).
 
-Forward: ``rank(y)_i = 1 + |{j : y_j > y_i}|`` (Eq. 2), ties broken by position (the earlier
+Forward: `rank(y)_i = 1 + |{j : y_j > y_i}|` (Eq. 2), ties broken by position (the earlier
 item gets the better rank), computed by one stable sort. Backward (Alg. 1, Vlastelica et al. 2020):
-``y_lam = y + lam_raw * dL/drank`` and ``dL/dy = -(rank(y) - rank(y_lam)) / lam_raw``.
+`y_lam = y + lam_raw * dL/drank` and `dL/dy = -(rank(y) - rank(y_lam)) / lam_raw`.
 
-The meaning of ``lam``. The paper's tables and the authors' code rank *normalised* positions
-``rank(y) / N`` (N = length of the ranked dimension). For a loss written on normalised ranks,
-``dL/d(rank/N) = N * dL/drank``, so their perturbation ``y + lam * dL/d(rank/N)`` is
-``y + (lam * N) * dL/drank`` and their gradient ``-(rank/N - rank_lam/N) / lam`` is
-``-(rank - rank_lam) / (lam * N)``. Working on raw ranks 1..N, Alg. 1 is therefore run with
-``lam_raw = lam * N``; with that, Table 9's values (4, 0.2, 0.5) mean what they mean in the paper.
-``tests/test_ranking.py`` checks the equivalence against the normalised formulation.
+The meaning of `lam`. The paper's tables and the authors' code rank *normalised* positions
+`rank(y) / N` (N = length of the ranked dimension). For a loss written on normalised ranks,
+`dL/d(rank/N) = N * dL/drank`, so their perturbation `y + lam * dL/d(rank/N)` is
+`y + (lam * N) * dL/drank` and their gradient `-(rank/N - rank_lam/N) / lam` is
+`-(rank - rank_lam) / (lam * N)`. Working on raw ranks 1..N, Alg. 1 is therefore run with
+`lam_raw = lam * N`; with that, Table 9's values (4, 0.2, 0.5) mean what they mean in the paper.
+`tests/test_ranking.py` checks the equivalence against the normalised formulation.
 
 Speed. The sort runs on integer keys derived from the float bits (an order-preserving bijection),
 which torch sorts by radix sort on the CPU; several rows are sorted as one 1-D array by putting the
@@ -29,13 +29,13 @@ _SIGN_MASK_64 = 0x7FFFFFFFFFFFFFFF
 
 
 def _descending_keys(values: torch.Tensor, owned: bool = False) -> torch.Tensor:
-    """Integer keys whose ascending order is the descending order of ``values`` (float32/64).
+    """Integer keys whose ascending order is the descending order of `values` (float32/64).
 
-    The float's sign and magnitude bits become a two's-complement integer (``-magnitude`` for a
+    The float's sign and magnitude bits become a two's-complement integer (`-magnitude` for a
     negative float), whose order is the floats' order with -0.0 and +0.0 equal, as they are as
-    floats; then ``~`` reverses the order. Integer operations only: a compiler cannot drop them
-    (inductor dropped the ``+ 0.0`` that used to merge the zeros). One copy is made, the bit
-    operations after it work in place (this runs on 1e8 elements); ``owned``: ``values`` is a
+    floats; then `~` reverses the order. Integer operations only: a compiler cannot drop them
+    (inductor dropped the `+ 0.0` that used to merge the zeros). One copy is made, the bit
+    operations after it work in place (this runs on 1e8 elements); `owned`: `values` is a
     contiguous buffer of the caller's that may be overwritten, so not even that copy is made.
     """
     if not (owned and values.is_contiguous()):
@@ -50,10 +50,10 @@ def _descending_keys(values: torch.Tensor, owned: bool = False) -> torch.Tensor:
 
 
 def descending_order(scores: torch.Tensor, owned: bool = False) -> torch.Tensor:
-    """Indices that sort ``scores`` along the last dimension from highest to lowest, ties by position.
+    """Indices that sort `scores` along the last dimension from highest to lowest, ties by position.
 
-    ``scores: [..., N]`` -> ``order: [..., N]`` (int64); ``order[..., 0]`` is the best item.
-    ``owned``: ``scores`` is a buffer of the caller's that may be overwritten (it is, by the keys).
+    `scores: [..., N]` -> `order: [..., N]` (int64); `order[..., 0]` is the best item.
+    `owned`: `scores` is a buffer of the caller's that may be overwritten (it is, by the keys).
     """
     values = scores.detach()
     if values.dtype not in (torch.float32, torch.float64):
@@ -74,14 +74,14 @@ def descending_order(scores: torch.Tensor, owned: bool = False) -> torch.Tensor:
 
 
 def sort_keys(flat: torch.Tensor, rows: torch.Tensor | None = None, owned: bool = False) -> torch.Tensor | None:
-    """1-D integer keys of a ``[R, N]`` float matrix whose stable ascending sort orders each row's
+    """1-D integer keys of a `[R, N]` float matrix whose stable ascending sort orders each row's
     scores from highest to lowest, rows one after the other (ties by position): the
     order-preserving integer image of the floats, with the row index in the high 32 bits of an
     int64 key when R > 1. None when no such key exists (R > 1 and not float32, or R >= 2**31).
 
-    ``rows``: the keys of the entries of a 1-D ``flat`` (e.g. perturbed scores of a few items) that
-    lie in these rows of an R > 1 matrix; without it ``flat`` is the whole matrix. ``owned``:
-    ``flat`` may be overwritten (:func:`_descending_keys`).
+    `rows`: the keys of the entries of a 1-D `flat` (e.g. perturbed scores of a few items) that
+    lie in these rows of an R > 1 matrix; without it `flat` is the whole matrix. `owned`:
+    `flat` may be overwritten (`_descending_keys`).
     """
     if rows is None and flat.shape[0] == 1:
         return _descending_keys(flat, owned).view(-1)
@@ -94,7 +94,7 @@ def sort_keys(flat: torch.Tensor, rows: torch.Tensor | None = None, owned: bool 
 
 
 def ranks_from_order(order: torch.Tensor) -> torch.Tensor:
-    """Inverse permutation along the last dimension, 1-based: ``ranks[..., order[..., k]] = k + 1``.
+    """Inverse permutation along the last dimension, 1-based: `ranks[..., order[..., k]] = k + 1`.
 
     int32 (half the memory traffic of int64) while N < 2**31, else int64.
     """
@@ -107,7 +107,7 @@ def ranks_from_order(order: torch.Tensor) -> torch.Tensor:
 def exact_rank(scores: torch.Tensor, owned: bool = False) -> torch.Tensor:
     """Ranks 1..N along the last dimension (Eq. 2, 1 = highest score, stable ties), integers, no gradient.
 
-    ``owned``: ``scores`` is a buffer the caller gives up (it is overwritten, and freed here as soon
+    `owned`: `scores` is a buffer the caller gives up (it is overwritten, and freed here as soon
     as the order is known when the caller holds no other reference to it).
     """
     order = descending_order(scores, owned)
@@ -116,10 +116,10 @@ def exact_rank(scores: torch.Tensor, owned: bool = False) -> torch.Tensor:
 
 
 def ranks_within_relevant_items(rows: torch.Tensor, ranks: torch.Tensor, num_rows: int) -> torch.Tensor:
-    """``rank(y+)`` of Eq. 17 and 21 for a list of relevant items, O(P log P) for P items.
+    """`rank(y+)` of Eq. 17 and 21 for a list of relevant items, O(P log P) for P items.
 
-    ``rows``/``ranks``: row index and (integer) rank of each relevant item, e.g. at
-    ``relevant.nonzero(as_tuple=True)``. Returns each item's rank among the relevant items of its row.
+    `rows`/`ranks`: row index and (integer) rank of each relevant item, e.g. at
+    `relevant.nonzero(as_tuple=True)`. Returns each item's rank among the relevant items of its row.
     """
     n_items = rows.shape[0]
     key = rows.to(torch.int64) * (int(ranks.max()) + 1 if n_items else 1) + ranks.to(torch.int64)
@@ -133,10 +133,10 @@ def ranks_within_relevant_items(rows: torch.Tensor, ranks: torch.Tensor, num_row
 
 
 def rank_within_relevant(ranks: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-    """``rank(y+)`` of Eq. 17 and 21, dense: each relevant item's rank among the relevant items.
+    """`rank(y+)` of Eq. 17 and 21, dense: each relevant item's rank among the relevant items.
 
-    ``ranks``: integer ranks 1..N along the last dimension (from :func:`exact_rank`) of a
-    ``[Q, N]`` matrix; ``relevant``: bool, same shape. Irrelevant items get 0.
+    `ranks`: integer ranks 1..N along the last dimension (from [`exact_rank`][rambo.core.exact_rank]) of a
+    `[Q, N]` matrix; `relevant`: bool, same shape. Irrelevant items get 0.
     """
     rows, cols = relevant.nonzero(as_tuple=True)
     out = torch.zeros(ranks.shape, dtype=torch.int64, device=ranks.device)
@@ -155,9 +155,9 @@ def _integer_rank_dtype(n: int) -> torch.dtype:
 def _blackbox_rank_forward(
     scores: torch.Tensor, lam_raw: float, check_finite: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact ranks along the last dimension as ``(floats, differentiable by Alg. 1; integers)``.
+    """Exact ranks along the last dimension as `(floats, differentiable by Alg. 1; integers)`.
 
-    ``lam_raw``: the perturbation on raw ranks (``lam * N``). ``check_finite``: refuse NaN/inf
+    `lam_raw`: the perturbation on raw ranks (`lam * N`). `check_finite`: refuse NaN/inf
     here, at run time (inside a compiled graph too, where a check in Python would break the graph).
     """
     if check_finite:
@@ -201,7 +201,7 @@ if hasattr(torch.library, "custom_op"):  # torch >= 2.4
     def blackbox_rank_backward(
         scores: torch.Tensor, ranks: torch.Tensor, grad_ranks: torch.Tensor, lam_raw: float
     ) -> torch.Tensor:
-        """Alg. 1's backward: ``-(rank(y) - rank(y + lam_raw * grad_ranks)) / lam_raw``, in ``scores``' dtype."""
+        """Alg. 1's backward: `-(rank(y) - rank(y + lam_raw * grad_ranks)) / lam_raw`, in `scores`' dtype."""
         return alg1_gradient(scores, ranks, grad_ranks, lam_raw)
 
     @blackbox_rank_backward.register_fake
@@ -226,7 +226,7 @@ else:  # older torch (e.g. the mmdetection environment's 2.1): the same function
 
 
 class _BlackboxRank(torch.autograd.Function):
-    """The ranking operator as an ``autograd.Function``, for torch < 2.4 (no ``torch.library.custom_op``)."""
+    """The ranking operator as an `autograd.Function`, for torch < 2.4 (no `torch.library.custom_op`)."""
 
     @staticmethod
     def forward(ctx, scores, lam_raw, check_finite):  # noqa: D102
@@ -250,21 +250,21 @@ def rank(scores: torch.Tensor, lam: float) -> torch.Tensor:
     """Ranks along the last dimension, 1 = highest score, differentiable by Alg. 1.
 
     Args:
-        scores: ``[..., N]`` float tensor; leading dimensions are independent rows.
+        scores: `[..., N]` float tensor; leading dimensions are independent rows.
         lam: interpolation strength in the paper's normalised convention (Table 9: 4, 0.2, 0.5);
-            the raw-rank perturbation is ``lam * N`` (see the module docstring).
+            the raw-rank perturbation is `lam * N` (see the module docstring).
 
     Returns:
-        ``[..., N]`` ranks 1..N as floats (float32 for half inputs, else the input dtype).
+        `[..., N]` ranks 1..N as floats (float32 for half inputs, else the input dtype).
         Ties are broken by position, identically on CPU and GPU.
     """
     return rank_with_integers(scores, lam)[0]
 
 
 def rank_with_integers(scores: torch.Tensor, lam: float, validate: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`rank` that also returns the same ranks as integers (exact beyond 2**24, no gradient).
+    """[`rank`][rambo.core.rank] that also returns the same ranks as integers (exact beyond 2**24, no gradient).
 
-    ``validate=False`` skips the input checks, for callers that have already made them.
+    `validate=False` skips the input checks, for callers that have already made them.
     """
     if validate:
         check_scores(scores, finite=False)  # the values are checked inside the operator

@@ -12,39 +12,39 @@ from .validation import check_integer, check_positive
 
 
 class RecallAtKSurrogate(SurrogateLoss):
-    """``1 - mean_k R~@k``, ``R~@k = min(sum_{i relevant} sigmoid((k - r~(i)) / tau2_k), k) / min(k, |P|)``.
+    """`1 - mean_k R~@k`, `R~@k = min(sum_{i relevant} sigmoid((k - r~(i)) / tau2_k), k) / min(k, |P|)`.
 
     The relaxed Recall@k of the Recall@k surrogate paper (Patel, Tolias, Matas, CVPR 2022; its method
     section: Recall@k with the Heaviside steps of the rank and of the top-k test replaced by sigmoids,
     averaged over the ks). Only the paper's summary is in shared/papers (no equations): no section
     or equation number is cited here.
-    ``r~(i) = 1 + sum_{j != i} sigmoid((s_j - s_i) / tau1)`` is the sigmoid-relaxed rank of relevant
-    item ``i`` among all valid items of the row. The query itself is never in its own row (use
-    :func:`rambo.core.pairwise_scores` or SiMix's ``valid`` mask), so it is never its own positive.
-    (The official ``RecallatK.forward`` does rank each positive against the query itself as well, an
-    item above nearly every positive since ``s(q, q) = 1``: about 1 more on every rank. Not done here;
+    `r~(i) = 1 + sum_{j != i} sigmoid((s_j - s_i) / tau1)` is the sigmoid-relaxed rank of relevant
+    item `i` among all valid items of the row. The query itself is never in its own row (use
+    [`rambo.core.pairwise_scores`][rambo.core.pairwise_scores] or SiMix's `valid` mask), so it is never its own
+    positive. (The official `RecallatK.forward` does rank each positive against the query itself as well, an
+    item above nearly every positive since `s(q, q) = 1`: about 1 more on every rank. Not done here;
     a row that keeps the query as a valid, non-relevant item reproduces it.)
 
-    Numerator clip (``clip_numerator``). The exact count of positives within the top k never exceeds
+    Numerator clip (`clip_numerator`). The exact count of positives within the top k never exceeds
     k; its relaxation, a sum of sigmoids over the positives, can when a row has more than k of them.
     The official code (yash0307/RecallatK_surrogate, src/losses.py@416ea278ad45c6f5b03e66779e417cd66cbb1410,
-    ``RecallatK.forward``) clips it, per k, with ``torch.minimum(recall, k)`` before dividing by
-    ``min(k, |P|)``; a clipped term is constant, so it passes no gradient. Whether the paper states
+    `RecallatK.forward`) clips it, per k, with `torch.minimum(recall, k)` before dividing by
+    `min(k, |P|)`; a clipped term is constant, so it passes no gradient. Whether the paper states
     the clip is not checked (its text is not here).
 
     Args:
         ks: the k of the averaged Recall@k terms (paper: 1, 2, 4, 8, 16).
         tau1: temperature of the rank relaxation (paper: 0.01).
         tau2: temperature of the top-k relaxation: one number for every k, or one per k (the
-            official code's ``--k_temperatures`` default was ``[1, 2, 4, 8, 16]``, ``tau2_k = k``,
-            until src/main.py@ed052029 (Nov 2024), which sets ``[1] * len(k_vals)``).
+            official code's `--k_temperatures` default was `[1, 2, 4, 8, 16]`, `tau2_k = k`,
+            until src/main.py@ed052029 (Nov 2024), which sets `[1] * len(k_vals)`).
         clip_numerator: clip each k's relaxed numerator at k, as the official code (default). False:
             unclipped.
 
-    Call: ``loss(scores [Q, N] floating, relevant [Q, N] bool, valid [Q, N] bool | None)`` -> a
-    0-dimensional tensor, the mean over the rows with a relevant valid item; ``valid`` marks the items
+    Call: `loss(scores [Q, N] floating, relevant [Q, N] bool, valid [Q, N] bool | None)` -> a
+    0-dimensional tensor, the mean over the rows with a relevant valid item; `valid` marks the items
     that take part in each row (default: all). For embeddings and labels:
-    ``rambo.core.EmbeddingLoss(loss)(embeddings, labels)``.
+    `rambo.core.EmbeddingLoss(loss)(embeddings, labels)`.
     """
 
     def __init__(

@@ -11,20 +11,22 @@ WEIGHTINGS = ("log", "loglog")
 
 
 class RecallLoss(RankLoss):
-    """Closed form of Eq. 19 (Eq. 20): ``E_{i relevant} l(r_i)`` or ``E_{i relevant} l(l(r_i))``.
+    """Closed form of Eq. 19 (Eq. 20): `E_{i relevant} l(r_i)` or `E_{i relevant} l(l(r_i))`.
 
-    ``l(k) = log(1 + k)`` and ``r_i = rank_alpha(y)_i - rank_alpha(y+)_i`` (Eq. 17) is the number
-    of irrelevant items ranked above relevant item ``i``. ``weighting="log"`` is the sum of Eq. 19
-    with ``w_K = log(1 + 1/K) ~ 1/K``; ``"loglog"`` has ``w_K ~ 1/(K log K)`` (Appendix B).
+    `l(k) = log(1 + k)` and `r_i = rank_alpha(y)_i - rank_alpha(y+)_i` (Eq. 17) is the number
+    of irrelevant items ranked above relevant item `i`. `weighting="log"` is the sum of Eq. 19
+    with `w_K = log(1 + 1/K) ~ 1/K`; `"loglog"` has `w_K ~ 1/(K log K)` (Appendix B).
 
     Args:
-        margin: alpha of Eq. 14. lam: as in ``rank``. weighting: ``"log"`` or ``"loglog"``.
+        margin: alpha of Eq. 14.
+        lam: as in [`rank`][rambo.core.rank].
+        weighting: `"log"` or `"loglog"`.
 
-    ``rank(y+)`` is a constant in the backward pass; only ``rank_alpha(y)`` is differentiated.
+    `rank(y+)` is a constant in the backward pass; only `rank_alpha(y)` is differentiated.
 
-    Call: ``loss(scores [Q, N] floating, relevant [Q, N] bool)`` -> a 0-dimensional tensor, the mean of
+    Call: `loss(scores [Q, N] floating, relevant [Q, N] bool)` -> a 0-dimensional tensor, the mean of
     the row losses over the rows (queries) with a relevant item (0 when none has one). Each row ranks
-    its N items. For embeddings and labels: ``rambo.core.EmbeddingLoss(loss)(embeddings, labels)``.
+    its N items. For embeddings and labels: `rambo.core.EmbeddingLoss(loss)(embeddings, labels)`.
     """
 
     def __init__(self, margin: float = 0.0, lam: float = 4.0, weighting: str = "log"):
@@ -36,8 +38,8 @@ class RecallLoss(RankLoss):
         self.weighting = weighting
 
     def row_losses(self, scores: torch.Tensor, relevant: torch.Tensor, rank_scale: float = 1.0) -> torch.Tensor:
-        """Per row. ``rank_scale`` multiplies every ``r_i`` (1 here; :class:`rambo.core.RowMemory`,
-        the authors' batch memory, passes the number of batches whose rows are in ``scores``)."""
+        """Per row. `rank_scale` multiplies every `r_i` (1 here; [`rambo.core.RowMemory`][rambo.core.RowMemory],
+        the authors' batch memory, passes the number of batches whose rows are in `scores`)."""
         loglog = self.weighting == "loglog"
 
         def weighted(ranks: torch.Tensor, ranks_relevant: torch.Tensor) -> torch.Tensor:

@@ -1,21 +1,21 @@
-"""Score memory (paper Sec. 4.3): the last ``tau`` batches extend the *ranking*, not the queries.
+"""Score memory (paper Sec. 4.3): the last `tau` batches extend the *ranking*, not the queries.
 
-Two wrappers in the spirit of pytorch-metric-learning's ``CrossBatchMemory``:
+Two wrappers in the spirit of pytorch-metric-learning's `CrossBatchMemory`:
 
-* :class:`ScoreMemory` for precomputed score rows (detection): the stored, detached scores of the
-  last ``tau`` batches are concatenated to the current ones along the loss's ranked dimension.
-* :class:`rambo.core.EmbeddingMemory` (:mod:`.embedding_loss`) for retrieval: the current queries
+* [`ScoreMemory`][rambo.core.ScoreMemory] for precomputed score rows (detection): the stored, detached scores of the
+  last `tau` batches are concatenated to the current ones along the loss's ranked dimension.
+* [`rambo.core.EmbeddingMemory`][rambo.core.EmbeddingMemory] (`embedding_loss`) for retrieval: the current queries
   are scored against the other elements of the current batch *and* the stored, detached embeddings
-  of the last ``tau`` batches.
+  of the last `tau` batches.
 
 In both, gradients reach only the current batch, and the number of queries stays the batch's own.
 
-:class:`RowMemory` is the authors' variant (martius-lab/blackbox-backprop ``BatchMemoryRecallLoss``
-at 075bf56), for comparison: the detached score *rows* of the last ``tau`` batches are appended as
-more queries (the ranking stays the current batch), and, as their ``RecallLoss`` denormalises the
+[`RowMemory`][rambo.core.RowMemory] is the authors' variant (martius-lab/blackbox-backprop `BatchMemoryRecallLoss`
+at 075bf56), for comparison: the detached score *rows* of the last `tau` batches are appended as
+more queries (the ranking stays the current batch), and, as their `RecallLoss` denormalises the
 ranks by the number of rows, every rank is multiplied by the number of batches in the loss.
 
-The memory is filled only in training mode and travels with ``state_dict()`` so that a resumed run
+The memory is filled only in training mode and travels with `state_dict()` so that a resumed run
 continues with the same memory.
 """
 
@@ -32,20 +32,20 @@ from .validation import check_integer, check_scores_and_relevance
 
 
 class _BatchMemory(torch.nn.Module):
-    """The last ``tau`` batches, held as two detached tensors (the batches' ``first`` and ``second``
-    parts, oldest batch first, concatenated along dimension ``dim``), saved with ``state_dict()``.
+    """The last `tau` batches, held as two detached tensors (the batches' `first` and `second`
+    parts, oldest batch first, concatenated along dimension `dim`), saved with `state_dict()`.
 
-    A full memory is shifted in place: once it holds ``tau`` batches of one size, each new batch of
+    A full memory is shifted in place: once it holds `tau` batches of one size, each new batch of
     that size drops the oldest by a copy into the same two tensors, so they keep their shape and
     their address from then on. A CUDA graph needs that (it replays fixed addresses), and a compiled
     loss then sees the same shapes at every step. While the memory fills, and when a batch of
     another size arrives, the two tensors are rebuilt. The order is the same either way, so what a
     loss receives does not depend on which happened (ties are broken by position).
 
-    Under ``torch.compile`` the memory is rebuilt at every batch instead (new tensors, the same
+    Under `torch.compile` the memory is rebuilt at every batch instead (new tensors, the same
     values): a compiled backward may read the memory again rather than keep a copy (inductor does),
     and an in-place shift would change what it reads. For CUDA graphs of a compiled step use
-    ``mode="reduce-overhead"``, which copies its inputs to fixed addresses itself.
+    `mode="reduce-overhead"`, which copies its inputs to fixed addresses itself.
     """
 
     dim = 0  # the dimension the batches are concatenated along
@@ -63,7 +63,7 @@ class _BatchMemory(torch.nn.Module):
         return len(self._sizes)
 
     def remember(self, first: torch.Tensor, second: torch.Tensor) -> None:
-        """Store one batch (detached, copied), only in training mode and when ``tau > 0``."""
+        """Store one batch (detached, copied), only in training mode and when `tau > 0`."""
         if not (self.training and self.tau):
             return
         first, second = first.detach(), second.detach()
@@ -85,7 +85,7 @@ class _BatchMemory(torch.nn.Module):
         self._sizes = kept + [size]
 
     def _holds_like(self, held: torch.Tensor | None, new: torch.Tensor) -> bool:
-        """True when ``held`` is ``tau`` batches shaped like ``new`` (same dtype and device)."""
+        """True when `held` is `tau` batches shaped like `new` (same dtype and device)."""
         if held is None or held.dtype != new.dtype or held.device != new.device:
             return False
         shape = list(new.shape)
@@ -99,13 +99,13 @@ class _BatchMemory(torch.nn.Module):
         return torch.cat([kept.to(new.device, new.dtype), new], self.dim)
 
     def held(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The remembered batches as two tensors (oldest first, along ``dim``), or None when empty.
-        They are the memory itself, overwritten in place by the next :meth:`remember`: copy what
+        """The remembered batches as two tensors (oldest first, along `dim`), or None when empty.
+        They are the memory itself, overwritten in place by the next `remember`: copy what
         must outlive it (the wrapped losses read copies)."""
         return (self._first, self._second) if self._sizes else None
 
     def remembered(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The remembered batches, oldest first, as ``(first, second)`` views of the memory."""
+        """The remembered batches, oldest first, as `(first, second)` views of the memory."""
         if not self._sizes:
             return []
         return list(zip(self._first.split(self._sizes, self.dim), self._second.split(self._sizes, self.dim)))
@@ -128,10 +128,10 @@ class _BatchMemory(torch.nn.Module):
 
 
 class ScoreMemory(_BatchMemory):
-    """Wraps a loss called as ``loss(scores, relevant)``; extends its ranked dimension by memory.
+    """Wraps a loss called as `loss(scores, relevant)`; extends its ranked dimension by memory.
 
     Args:
-        loss: e.g. ``MAPLoss`` (ranked dimension 0: items) or ``APLoss`` (ranked dimension -1).
+        loss: e.g. `MAPLoss` (ranked dimension 0: items) or `APLoss` (ranked dimension -1).
         tau: number of previous batches remembered (paper: 7 for detection); 0 disables it.
     """
 
@@ -162,23 +162,24 @@ class ScoreMemory(_BatchMemory):
 
 
 class RowMemory(_BatchMemory):
-    """The authors' batch memory for a :class:`rambo.core.RecallLoss`: ``memory(embeddings, labels)``.
+    """The authors' batch memory for a [`rambo.core.RecallLoss`][rambo.core.RecallLoss]: `memory(embeddings, labels)`.
 
-    The current ``[B, B - 1]`` cosine score rows (:func:`rambo.core.pairwise_scores`) and those of
-    the last ``tau`` batches (detached, kept as they were scored) are one ``[(1 + m) B, B - 1]``
-    input of the recall loss, whose ranks ``r_i`` are multiplied by ``1 + m`` (``m`` the batches
-    remembered): their ``rank_normalised`` divides by the ``B`` columns, the denormalisation
-    multiplies by the ``(1 + m) B`` rows. The mean over rows with a relevant item (the project's
-    :class:`~rambo.core.RankLoss`) then includes the remembered rows, which carry no gradient.
+    The current `[B, B - 1]` cosine score rows ([`rambo.core.pairwise_scores`][rambo.core.pairwise_scores]) and those of
+    the last `tau` batches (detached, kept as they were scored) are one `[(1 + m) B, B - 1]`
+    input of the recall loss, whose ranks `r_i` are multiplied by `1 + m` (`m` the batches
+    remembered): their `rank_normalised` divides by the `B` columns, the denormalisation
+    multiplies by the `(1 + m) B` rows. The mean over rows with a relevant item (the project's
+    [`RankLoss`][rambo.core.RankLoss]) then includes the remembered rows, which carry no gradient.
     Every batch must have the same size (the rows are concatenated).
 
     Args:
-        loss: a :class:`rambo.core.RecallLoss`. tau: number of previous batches remembered.
+        loss: a [`rambo.core.RecallLoss`][rambo.core.RecallLoss].
+        tau: number of previous batches remembered.
         global_batch: under an initialised process group, score the batch of every process (True:
-            N processes compute the one-process loss, :mod:`rambo.core.distributed`) or each
+            N processes compute the one-process loss, [`rambo.core.distributed`][rambo.core.distributed]) or each
             process's own share (False).
 
-    Call: ``memory(embeddings [B, D] float, labels [B] int)`` -> a 0-dimensional loss.
+    Call: `memory(embeddings [B, D] float, labels [B] int)` -> a 0-dimensional loss.
     """
 
     def __init__(self, loss: torch.nn.Module, tau: int, global_batch: bool = True):

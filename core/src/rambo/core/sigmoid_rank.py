@@ -1,16 +1,16 @@
 """Sigmoid-relaxed ranks of the relevant items (the smooth rank of Smooth-AP and the Recall@k surrogate).
 
-For query row ``q`` and relevant item ``i``:
+For query row `q` and relevant item `i`:
 
     rank_all(i) = 1 + sum_{j != i, valid j} sigmoid((s_j - s_i) / tau)
     rank_rel(i) = 1 + sum_{j != i, valid relevant j} sigmoid((s_j - s_i) / tau)
 
-Memory. The pairwise differences of one row are ``[P, N]`` (P relevant items). They are computed in
-blocks of at most ``chunk_elements`` under ``torch.utils.checkpoint``: several rows at a time when a
-row's ``[P, N]`` fits, else one row at a time and its relevant items in slices of ``[p, N]`` (a single
+Memory. The pairwise differences of one row are `[P, N]` (P relevant items). They are computed in
+blocks of at most `chunk_elements` under `torch.utils.checkpoint`: several rows at a time when a
+row's `[P, N]` fits, else one row at a time and its relevant items in slices of `[p, N]` (a single
 row of 1e6 items with 1e4 relevant would otherwise be a 1e10-element block). Autograd keeps only each
 block's inputs and outputs and recomputes the differences in the backward pass: peak memory is one
-block plus ``O(Q * N)``, not the O(n^3) of materialising every ``[Q, N, N]`` difference.
+block plus `O(Q * N)`, not the O(n^3) of materialising every `[Q, N, N]` difference.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ DEFAULT_CHUNK_ELEMENTS = 2**24
 
 
 def _chunk_ranks(scores, relevant_index, relevant_mask, valid, relevant_valid, tau):
-    """One chunk of rows: ``scores [c, N]`` -> ``(rank_all, rank_rel)`` each ``[c, P]``; ``valid`` and
-    ``relevant_valid`` as 0/1 in the scores' dtype, ``[c, N]``.
+    """One chunk of rows: `scores [c, N]` -> `(rank_all, rank_rel)` each `[c, P]`; `valid` and
+    `relevant_valid` as 0/1 in the scores' dtype, `[c, N]`.
 
-    The block's one ``[c, P, N]`` tensor is the sigmoids (made in place). Its sums over the valid
+    The block's one `[c, P, N]` tensor is the sigmoids (made in place). Its sums over the valid
     (resp. valid relevant) items are batched matrix-vector products; they include the item itself,
-    which is valid and relevant and adds sigmoid(0) = 1/2: hence ``1 + sum_{j != i} = 1/2 + sum_j``.
+    which is valid and relevant and adds sigmoid(0) = 1/2: hence `1 + sum_{j != i} = 1/2 + sum_j`.
     """
     own = scores.gather(-1, relevant_index)  # [c, P]
     soft_above = torch.sub(scores.unsqueeze(1), own.unsqueeze(2)).div_(tau).sigmoid_()  # [c, P, N]
@@ -52,13 +52,15 @@ def sigmoid_ranks_of_relevant(
     """Smooth ranks of each row's relevant items.
 
     Args:
-        scores: ``[Q, N]``. relevant: ``[Q, N]`` bool. tau: sigmoid temperature.
-        valid: ``[Q, N]`` bool, items that take part in the row (default: all); an invalid item is
+        scores: `[Q, N]`.
+        relevant: `[Q, N]` bool.
+        tau: sigmoid temperature.
+        valid: `[Q, N]` bool, items that take part in the row (default: all); an invalid item is
             neither ranked nor counted.
 
     Returns:
-        ``(rank_all [Q, P], rank_rel [Q, P], mask [Q, P])`` with P the largest number of valid
-        relevant items in a row; ``mask`` marks the real entries (the rest are padding, value 0).
+        `(rank_all [Q, P], rank_rel [Q, P], mask [Q, P])` with P the largest number of valid
+        relevant items in a row; `mask` marks the real entries (the rest are padding, value 0).
     """
     if valid is None:
         valid = torch.ones_like(relevant)

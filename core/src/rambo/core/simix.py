@@ -10,18 +10,18 @@ from .validation import check_integer
 
 
 class SiMix(torch.nn.Module):
-    """Wraps a loss called as ``loss(scores, relevant, valid)``; call as ``simix(embeddings, labels)``.
+    """Wraps a loss called as `loss(scores, relevant, valid)`; call as `simix(embeddings, labels)`.
 
-    Pairs. ``mixes=None`` (default): every same-class pair ``(a, b)``, ``a < b``, of the batch once,
+    Pairs. `mixes=None` (default): every same-class pair `(a, b)`, `a < b`, of the batch once,
     as the official code (yash0307/RecallatK_surrogate, src/mixup.py@275cc0de52e364cedb8a8e9bdedebde7780b18e2,
-    ``pos_mixup``: all C(m, 2) pairs of each class's m samples, C(4, 2) = 6 per class of 4, so 1.5 x
-    the batch at 4 per class). ``mixes=M``: M pairs drawn uniformly, with replacement, from those.
-    Each mixed item has its own weight ``w ~ U(0, 1)`` (the official code: ``np.random.rand()`` per
-    pair), drawn from ``generator``.
+    `pos_mixup`: all C(m, 2) pairs of each class's m samples, C(4, 2) = 6 per class of 4, so 1.5 x
+    the batch at 4 per class). `mixes=M`: M pairs drawn uniformly, with replacement, from those.
+    Each mixed item has its own weight `w ~ U(0, 1)` (the official code: `np.random.rand()` per
+    pair), drawn from `generator`.
 
-    A mixed item's similarity to any item ``c`` is ``w s(a, c) + (1 - w) s(b, c)`` (and bilinearly
+    A mixed item's similarity to any item `c` is `w s(a, c) + (1 - w) s(b, c)` (and bilinearly
     between two mixed items): the *similarities* are mixed, which for cosine scores equals the dot
-    product with the mixed embedding ``w e_a + (1 - w) e_b`` of the unit embeddings, not re-normalised
+    product with the mixed embedding `w e_a + (1 - w) e_b` of the unit embeddings, not re-normalised
     (as the official code, whose loss takes dot products of the mixed embeddings). The mixed items act
     both as queries and as gallery items, labelled with their pair's class (as the official code,
     which appends them to the batch and takes every item of the extended batch as a query). An item
@@ -29,14 +29,14 @@ class SiMix(torch.nn.Module):
     own positive, not even through a mix it took part in).
 
     Args:
-        loss: e.g. :class:`RecallAtKSurrogate`.
-        mixes: ``None``: every same-class pair once (official); an integer: that many random pairs.
+        loss: e.g. [`RecallAtKSurrogate`][rambo.core.RecallAtKSurrogate].
+        mixes: `None`: every same-class pair once (official); an integer: that many random pairs.
         generator: for the pair draws and the weights (default: torch's global CPU generator).
         global_batch: under an initialised process group, mix and rank the batch of every process
-            (True: N processes compute the one-process loss, :mod:`rambo.core.distributed`; the
+            (True: N processes compute the one-process loss, [`rambo.core.distributed`][rambo.core.distributed]; the
             processes' generators must then draw alike, e.g. seeded alike) or each process's own share (False).
 
-    Call: ``simix(embeddings [B, D] float, labels [B] int)`` -> a 0-dimensional loss.
+    Call: `simix(embeddings [B, D] float, labels [B] int)` -> a 0-dimensional loss.
     """
 
     def __init__(
@@ -55,7 +55,7 @@ class SiMix(torch.nn.Module):
         self.global_batch = global_batch
 
     def mixed_batch(self, embeddings: torch.Tensor, labels: torch.Tensor):
-        """``(scores [B+M, B+M], relevant, valid)`` of the batch extended by M mixed items."""
+        """`(scores [B+M, B+M], relevant, valid)` of the batch extended by M mixed items."""
         check_labels(embeddings, labels)
         b = embeddings.shape[0]
         unit = unit_rows(embeddings)

@@ -10,15 +10,15 @@ from .validation import check_positive
 
 
 class SmoothAPLoss(SurrogateLoss):
-    """``1 - (1/|P|) sum_{i relevant} r~_rel(i) / r~_all(i)`` with sigmoid ranks at temperature ``tau``.
+    """`1 - (1/|P|) sum_{i relevant} r~_rel(i) / r~_all(i)` with sigmoid ranks at temperature `tau`.
 
-    Rows are processed in checkpointed chunks (see :mod:`rambo.core.sigmoid_rank`), so memory is
+    Rows are processed in checkpointed chunks (see [`rambo.core.sigmoid_rank`][rambo.core.sigmoid_rank]), so memory is
     O(Q * N), not the O(Q * N * N) of the reference implementation.
 
-    Call: ``loss(scores [Q, N] floating, relevant [Q, N] bool, valid [Q, N] bool | None)`` -> a
-    0-dimensional tensor, the mean over the rows with a relevant valid item; ``valid`` marks the items
+    Call: `loss(scores [Q, N] floating, relevant [Q, N] bool, valid [Q, N] bool | None)` -> a
+    0-dimensional tensor, the mean over the rows with a relevant valid item; `valid` marks the items
     that take part in each row (default: all). For embeddings and labels:
-    ``rambo.core.EmbeddingLoss(loss)(embeddings, labels)``.
+    `rambo.core.EmbeddingLoss(loss)(embeddings, labels)`.
     """
 
     def __init__(self, tau: float = 0.01):

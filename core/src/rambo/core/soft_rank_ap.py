@@ -1,8 +1,9 @@
 """AP with torchsort's soft ranks (Blondel et al., ICML 2020), a peer of the blackbox AP loss in the
-speed benchmark (:mod:`rambo.core.benchmark_peers`): ``pip install torchsort`` (built from source).
+speed benchmark ([`rambo.core.benchmark_peers`][rambo.core.benchmark_peers]): `pip install torchsort` (built from
+source).
 
-The loss is the AP loss of Eq. 21-22 with the ranking operator swapped: ``precision(i) =
-rank(y+)_i / rank(y)_i`` with both ranks soft (``torchsort.soft_rank``, l2 regularisation), the
+The loss is the AP loss of Eq. 21-22 with the ranking operator swapped: `precision(i) =
+rank(y+)_i / rank(y)_i` with both ranks soft (`torchsort.soft_rank`, l2 regularisation), the
 rank among the relevant items from the scores with the irrelevant items moved below every score.
 """
 
@@ -23,7 +24,7 @@ def import_torchsort():
 
 
 class SoftRankAPLoss(RankLoss):
-    """``1 - AP`` per row (Eq. 22) with ``precision(i) = softrank(y+)_i / softrank(y)_i`` (Eq. 21).
+    """`1 - AP` per row (Eq. 22) with `precision(i) = softrank(y+)_i / softrank(y)_i` (Eq. 21).
 
     Args:
         regularization_strength: torchsort's epsilon (smaller: closer to the exact ranks).

@@ -1,4 +1,4 @@
-"""Base class of the comparison surrogates, which also accept a ``valid`` mask of items per row."""
+"""Base class of the comparison surrogates, which also accept a `valid` mask of items per row."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from .validation import check_relevance, check_scores_and_relevance
 
 
 class SurrogateLoss(RankLoss):
-    """``loss(scores [Q, N], relevant [Q, N] bool, valid [Q, N] bool | None)``.
+    """`loss(scores [Q, N], relevant [Q, N] bool, valid [Q, N] bool | None)`.
 
-    ``valid`` marks the items that take part in each row's ranking (default: all). SiMix uses it
+    `valid` marks the items that take part in each row's ranking (default: all). SiMix uses it
     to keep a query, and the mixed items made from it, out of the query's own ranking.
     """
 

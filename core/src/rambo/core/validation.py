@@ -6,10 +6,10 @@ import torch
 
 
 def check_scores(scores: torch.Tensor, name: str = "scores", min_dim: int = 1, finite: bool = True) -> None:
-    """Raise ``ValueError`` unless ``scores`` is a floating tensor of finite values.
+    """Raise `ValueError` unless `scores` is a floating tensor of finite values.
 
-    ``min_dim`` is the smallest number of dimensions accepted (2 for ``[queries, items]``);
-    ``finite=False`` checks the type and shape only (the values need a pass over the data).
+    `min_dim` is the smallest number of dimensions accepted (2 for `[queries, items]`);
+    `finite=False` checks the type and shape only (the values need a pass over the data).
     """
     if not isinstance(scores, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(scores).__name__}")
@@ -27,7 +27,7 @@ def check_scores(scores: torch.Tensor, name: str = "scores", min_dim: int = 1, f
 
 
 def check_relevance(scores: torch.Tensor, relevant: torch.Tensor, name: str = "relevant") -> None:
-    """Raise ``ValueError`` unless ``relevant`` is a bool tensor of the same shape as ``scores``."""
+    """Raise `ValueError` unless `relevant` is a bool tensor of the same shape as `scores`."""
     if not isinstance(relevant, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor of dtype bool, got {type(relevant).__name__}")
     if relevant.dtype != torch.bool:
@@ -42,7 +42,7 @@ def check_relevance(scores: torch.Tensor, relevant: torch.Tensor, name: str = "r
 
 
 def as_number(value, name: str) -> float:
-    """``value`` as a float; ``ValueError`` naming ``name`` for anything that is not a real number
+    """`value` as a float; `ValueError` naming `name` for anything that is not a real number
     (a string, None, a bool, a tensor of more than one element)."""
     if isinstance(value, bool) or isinstance(value, (str, bytes)):
         raise ValueError(f"{name} must be a number, got {value!r}")
@@ -62,7 +62,7 @@ MARGIN_MAX = 1e30
 
 
 def check_lam(lam: float) -> float:
-    """Return ``lam`` as a float; raise ``ValueError`` unless ``LAM_MIN <= lam <= LAM_MAX`` (1e-20 to 1e20)."""
+    """Return `lam` as a float; raise `ValueError` unless `LAM_MIN <= lam <= LAM_MAX` (1e-20 to 1e20)."""
     lam = as_number(lam, "lam")
     if not LAM_MIN <= lam <= LAM_MAX:
         raise ValueError(
@@ -73,7 +73,7 @@ def check_lam(lam: float) -> float:
 
 
 def check_margin(margin: float) -> float:
-    """Return ``margin`` as a float; raise ``ValueError`` unless ``0 <= margin <= MARGIN_MAX`` (1e30)."""
+    """Return `margin` as a float; raise `ValueError` unless `0 <= margin <= MARGIN_MAX` (1e30)."""
     margin = as_number(margin, "margin")
     if not 0 <= margin <= MARGIN_MAX:
         raise ValueError(
@@ -84,8 +84,8 @@ def check_margin(margin: float) -> float:
 
 
 def check_positive(value, name: str, meaning: str = "") -> float:
-    """Return ``value`` as a float; raise ``ValueError`` unless it is a finite number > 0 (a
-    temperature, a scale). ``meaning`` is added to the message."""
+    """Return `value` as a float; raise `ValueError` unless it is a finite number > 0 (a
+    temperature, a scale). `meaning` is added to the message."""
     number = as_number(value, name)
     if not (number > 0 and number != float("inf")):
         raise ValueError(f"{name} must be a finite number > 0{f' ({meaning})' if meaning else ''}, got {value!r}")
@@ -93,8 +93,8 @@ def check_positive(value, name: str, meaning: str = "") -> float:
 
 
 def check_integer(value, name: str, minimum: int, meaning: str = "") -> int:
-    """Return ``value`` as an int; raise ``ValueError`` unless it is an integer (an int, or a float
-    with an integer value) of at least ``minimum``."""
+    """Return `value` as an int; raise `ValueError` unless it is an integer (an int, or a float
+    with an integer value) of at least `minimum`."""
     if isinstance(value, bool) or isinstance(value, (str, bytes)):
         number = None
     else:
@@ -116,9 +116,9 @@ def refuse_embedding_call(
     wrapped: str | None = None,
     takes: str = "scores [queries, items] and relevant [queries, items] bool",
 ) -> None:
-    """Raise ``ValueError`` naming the embedding-level entry point when a score-level ``loss`` is called
-    the way metric-learning losses are: ``loss(embeddings [B, D], labels [B] integer)``. ``wrapped``:
-    the loss to name inside :class:`rambo.core.EmbeddingLoss` (default: ``loss`` itself)."""
+    """Raise `ValueError` naming the embedding-level entry point when a score-level `loss` is called
+    the way metric-learning losses are: `loss(embeddings [B, D], labels [B] integer)`. `wrapped`:
+    the loss to name inside [`rambo.core.EmbeddingLoss`][rambo.core.EmbeddingLoss] (default: `loss` itself)."""
     if (
         isinstance(scores, torch.Tensor)
         and isinstance(relevant, torch.Tensor)
@@ -144,10 +144,10 @@ def check_scores_and_relevance(
     wrapped: str | None = None,
     relevant_name: str = "relevant",
 ) -> None:
-    """Both checks for the ``loss(scores: [Q, N], relevant: [Q, N])`` call signature (``finite``: as
-    in :func:`check_scores`; ``loss``: the caller's name, which turns an embedding-level call into
-    a message naming :class:`rambo.core.EmbeddingLoss`; ``wrapped``: the loss that message names;
-    ``relevant_name``: the relevance argument's name in the messages)."""
+    """Both checks for the `loss(scores: [Q, N], relevant: [Q, N])` call signature (`finite`: as
+    in [`check_scores`][rambo.core.validation.check_scores]; `loss`: the caller's name, which turns an embedding-level
+    call into a message naming [`rambo.core.EmbeddingLoss`][rambo.core.EmbeddingLoss]; `wrapped`: the loss that message
+    names; `relevant_name`: the relevance argument's name in the messages)."""
     if loss is not None:
         takes = f"scores [queries, items] and {relevant_name} [queries, items] bool"
         if wrapped is not None:  # MAPLoss, APCLoss

@@ -6,7 +6,7 @@ import torch
 
 
 def horizontal_flip(image: torch.Tensor, target: dict) -> tuple[torch.Tensor, dict]:
-    """Mirror ``image [3, H, W]`` and its ``boxes [K, 4]`` (corners): ``x1' = W - x2``, ``x2' = W - x1``."""
+    """Mirror `image [3, H, W]` and its `boxes [K, 4]` (corners): `x1' = W - x2`, `x2' = W - x1`."""
     width = image.shape[-1]
     boxes = target["boxes"].clone()
     boxes[:, [0, 2]] = width - target["boxes"][:, [2, 0]]
@@ -14,7 +14,7 @@ def horizontal_flip(image: torch.Tensor, target: dict) -> tuple[torch.Tensor, di
 
 
 def random_flips(images, targets, generator: torch.Generator, probability: float = 0.5):
-    """Flip each image of a batch with ``probability``; draws one number per image from ``generator``."""
+    """Flip each image of a batch with `probability`; draws one number per image from `generator`."""
     flipped_images, flipped_targets = [], []
     for image, target in zip(images, targets):
         if float(torch.rand((), generator=generator)) < probability:

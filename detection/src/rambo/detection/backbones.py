@@ -1,27 +1,27 @@
 """ResNet / ResNeXt + FPN backbones for Faster R-CNN, with ImageNet weights from local files only.
 
-Backbones: ``resnet18`` (the small one of the mini profile), ``resnet50``, ``resnet101`` and
-``resnext101_32x4d``. torchvision ships no ResNeXt-101 32x4d (only 32x8d and 64x4d); it is
-``ResNet(Bottleneck, [3, 4, 23, 3], groups=32, width_per_group=4)``, and the paper's ImageNet
-weights for it are open-mmlab's file (:data:`OPEN_MMLAB_RESNEXT101_32X4D`), whose keys
-:func:`open_mmlab_to_torchvision` maps.
+Backbones: `resnet18` (the small one of the mini profile), `resnet50`, `resnet101` and
+`resnext101_32x4d`. torchvision ships no ResNeXt-101 32x4d (only 32x8d and 64x4d); it is
+`ResNet(Bottleneck, [3, 4, 23, 3], groups=32, width_per_group=4)`, and the paper's ImageNet
+weights for it are open-mmlab's file (`OPEN_MMLAB_RESNEXT101_32X4D`), whose keys
+[`open_mmlab_to_torchvision`][rambo.detection.backbones.open_mmlab_to_torchvision] maps.
 
-Weights are never downloaded here: they come from ``weights_path`` or from the torchvision cache
-(``torch.hub.get_dir()/checkpoints``); when neither has them the error says how to get them.
-Normalisation with ImageNet weights (``backbone_norm``, :data:`BACKBONE_NORMS`):
+Weights are never downloaded here: they come from `weights_path` or from the torchvision cache
+(`torch.hub.get_dir()/checkpoints`); when neither has them the error says how to get them.
+Normalisation with ImageNet weights (`backbone_norm`, `BACKBONE_NORMS`):
 
-* ``bn_eval_mode_affine_trainable`` (the default, mmdetection's ResNet with ``norm_eval=True`` and
-  ``norm_cfg=dict(type='BN', requires_grad=True)``): :class:`EvalModeBatchNorm2d`, ordinary
-  BatchNorm2d that stays in eval mode whatever ``model.train()`` says, so the ImageNet running
-  statistics are used and never updated, while its affine weight and bias train in the stages that
-  are not frozen (``trainable_layers``; mmdetection's ``frozen_stages=1`` freezes the stem and
-  ``layer1`` entirely, BatchNorm affine included). Statistics that never change need no SyncBN
+* `bn_eval_mode_affine_trainable` (the default, mmdetection's ResNet with `norm_eval=True` and
+  `norm_cfg=dict(type='BN', requires_grad=True)`):
+  [`EvalModeBatchNorm2d`][rambo.detection.backbones.EvalModeBatchNorm2d], ordinary BatchNorm2d that stays in eval mode
+  whatever `model.train()` says, so the ImageNet running statistics are used and never updated, while its affine weight
+  and bias train in the stages that are not frozen (`trainable_layers`; mmdetection's `frozen_stages=1` freezes the stem
+  and `layer1` entirely, BatchNorm affine included). Statistics that never change need no SyncBN
   under DDP.
-* ``frozen_batchnorm``: torchvision's FrozenBatchNorm2d, statistics *and* affine frozen everywhere
+* `frozen_batchnorm`: torchvision's FrozenBatchNorm2d, statistics *and* affine frozen everywhere
   (torchvision's detection models; this project's behaviour before the option existed). Its state
-  dict has no ``num_batches_tracked`` entries; :mod:`.warm_start` ignores that difference.
+  dict has no `num_batches_tracked` entries; [`warm_start`][rambo.detection.warm_start] ignores that difference.
 
-With random initialisation ordinary, training BatchNorm2d whatever ``backbone_norm`` says, because
+With random initialisation ordinary, training BatchNorm2d whatever `backbone_norm` says, because
 frozen statistics of a random network (mean 0, var 1) let activations blow up (R50 gave NaN at
 iteration 2).
 """
@@ -49,11 +49,11 @@ BACKBONE_NORMS = ("bn_eval_mode_affine_trainable", "frozen_batchnorm")
 
 
 class EvalModeBatchNorm2d(nn.BatchNorm2d):
-    """``BatchNorm2d`` that is always in eval mode: ``train(True)`` (which ``model.train()`` calls on
+    """`BatchNorm2d` that is always in eval mode: `train(True)` (which `model.train()` calls on
     every submodule) leaves it in eval mode, so it normalises with its running statistics and never
-    updates them (``num_batches_tracked`` stays as loaded). Its weight and bias are ordinary
-    parameters (trainable unless ``requires_grad`` is switched off). State-dict keys are
-    ``BatchNorm2d``'s."""
+    updates them (`num_batches_tracked` stays as loaded). Its weight and bias are ordinary
+    parameters (trainable unless `requires_grad` is switched off). State-dict keys are
+    `BatchNorm2d`'s."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -64,7 +64,7 @@ class EvalModeBatchNorm2d(nn.BatchNorm2d):
 
 
 def build_resnet(name: str, norm_layer=nn.BatchNorm2d) -> resnet.ResNet:
-    """The classification network ``name`` (random init) with the given normalisation layer."""
+    """The classification network `name` (random init) with the given normalisation layer."""
     if name == "resnext101_32x4d":
         return resnet.ResNet(resnet.Bottleneck, [3, 4, 23, 3], groups=32, width_per_group=4, norm_layer=norm_layer)
     if name in TORCHVISION_WEIGHTS:
@@ -73,7 +73,7 @@ def build_resnet(name: str, norm_layer=nn.BatchNorm2d) -> resnet.ResNet:
 
 
 def weights_url(name: str) -> str:
-    """The official URL of backbone ``name``'s ImageNet weights (torchvision's IMAGENET1K_V1 files,
+    """The official URL of backbone `name`'s ImageNet weights (torchvision's IMAGENET1K_V1 files,
     open-mmlab's ResNeXt-101 32x4d), each file name carrying the first digits of its SHA-256."""
     if name == "resnext101_32x4d":
         return OPEN_MMLAB_RESNEXT101_32X4D
@@ -83,12 +83,12 @@ def weights_url(name: str) -> str:
 
 
 def open_mmlab_to_torchvision(state_dict: dict) -> dict:
-    """Rename an open-mmlab ImageNet ResNet/ResNeXt checkpoint into torchvision ``ResNet`` keys.
+    """Rename an open-mmlab ImageNet ResNet/ResNeXt checkpoint into torchvision `ResNet` keys.
 
-    The file holds ``{"state_dict": {...}}`` (or the bare dict). mmdet/mmcv's ResNet names its
-    modules as torchvision does (``conv1``, ``bn1``, ``layerK.J.conv{1,2,3}``, ``bn{1,2,3}``,
-    ``downsample.{0,1}``); what differs is the wrapping: a ``state_dict`` entry, the ``module.``
-    prefix of DataParallel and ``backbone.`` of detector checkpoints. The classifier ``fc`` is
+    The file holds `{"state_dict": {...}}` (or the bare dict). mmdet/mmcv's ResNet names its
+    modules as torchvision does (`conv1`, `bn1`, `layerK.J.conv{1,2,3}`, `bn{1,2,3}`,
+    `downsample.{0,1}`); what differs is the wrapping: a `state_dict` entry, the `module.`
+    prefix of DataParallel and `backbone.` of detector checkpoints. The classifier `fc` is
     dropped (the detector does not use it).
     """
     if "state_dict" in state_dict and isinstance(state_dict["state_dict"], dict):
@@ -105,10 +105,10 @@ def open_mmlab_to_torchvision(state_dict: dict) -> dict:
 
 
 def load_imagenet_weights(network: resnet.ResNet, name: str, weights_path: str | None = None) -> None:
-    """Load ImageNet weights into ``network`` from ``weights_path`` or the torchvision cache.
+    """Load ImageNet weights into `network` from `weights_path` or the torchvision cache.
 
-    Raises ``FileNotFoundError`` with the download command when the file is in neither place, and
-    ``ValueError`` when keys are missing (a file for another architecture).
+    Raises `FileNotFoundError` with the download command when the file is in neither place, and
+    `ValueError` when keys are missing (a file for another architecture).
     """
     path = find_weights(name, weights_url(name), weights_path)
     state_dict = torch.load(path, map_location="cpu", weights_only=True)
@@ -128,12 +128,12 @@ def build_backbone(
     fpn_channels: int = 256,
     backbone_norm: str = "bn_eval_mode_affine_trainable",
 ) -> BackboneWithFPN:
-    """ResNet + FPN over ``layer1..layer4`` (plus the max-pool level), as torchvision's Faster R-CNN.
+    """ResNet + FPN over `layer1..layer4` (plus the max-pool level), as torchvision's Faster R-CNN.
 
-    ``trainable_layers`` counts from the top (``layer4`` first; 5 adds the stem, ``conv1`` and
-    ``bn1``) and applies to pretrained networks, every parameter of the other stages frozen
+    `trainable_layers` counts from the top (`layer4` first; 5 adds the stem, `conv1` and
+    `bn1`) and applies to pretrained networks, every parameter of the other stages frozen
     (BatchNorm affine included); a randomly initialised network trains every layer (nothing to
-    preserve). ``backbone_norm``: the pretrained network's BatchNorm (module docstring).
+    preserve). `backbone_norm`: the pretrained network's BatchNorm (module docstring).
     """
     if not 0 <= trainable_layers <= 5:
         raise ValueError(f"trainable_layers must be in 0..5, got {trainable_layers}")

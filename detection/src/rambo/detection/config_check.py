@@ -1,9 +1,10 @@
-"""The detection run's config checked before anything is created (:mod:`rambo.harness.config_check`).
+"""The detection run's config checked before anything is created
+([`rambo.harness.config_check`][rambo.harness.config_check]).
 
-:func:`problems` is what ``configs/train.yaml`` names under ``hydra.callbacks``: every numeric
-option and its range, the choices of the string options, the paths that must exist: the VOC
-folders (a ``data.root`` given on the command line is read, never generated into) and
-``init_checkpoint``, and a training batch no larger than the training images.
+[`problems`][rambo.detection.config_check.problems] is what `configs/train.yaml` names under `hydra.callbacks`: every
+numeric option and its range, the choices of the string options, the paths that must exist: the VOC
+folders (a `data.root` given on the command line is read, never generated into) and
+`init_checkpoint`, and a training batch no larger than the training images.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ CHOICES = {
 
 
 def voc_problem(root: Path, image_set: str) -> str | None:
-    """Why ``root`` is not a VOC year folder with the image set ``image_set``, or None."""
+    """Why `root` is not a VOC year folder with the image set `image_set`, or None."""
     expected = f"{root}/ImageSets/Main/{image_set}.txt, {root}/Annotations/ and {root}/JPEGImages/"
     if not root.is_dir():
         return f"{root}: no such folder; expected a VOC folder ({expected})"
@@ -68,8 +69,8 @@ def voc_problem(root: Path, image_set: str) -> str | None:
 
 
 def data_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
-    """The data folders. A generated set (``data.generate``) is made under the profile's folder
-    when absent; a ``data.root`` named on the command line is read, never generated into."""
+    """The data folders. A generated set (`data.generate`) is made under the profile's folder
+    when absent; a `data.root` named on the command line is read, never generated into."""
     data = cfg.data
     named = named_on_command_line("data.root", overrides)
     if data.get("generate") and not named:
@@ -94,8 +95,9 @@ def data_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
 
 def training_images(cfg: DictConfig, overrides: list[str]) -> int | None:
     """How many images a training epoch draws from: the image set of every training root (the
-    generated set's ``data.generate.trainval`` while it is not on disk yet), at most
-    ``data.max_train_images``; None when the folders are not readable (:func:`data_problems` says why)."""
+    generated set's `data.generate.trainval` while it is not on disk yet), at most
+    `data.max_train_images`; None when the folders are not readable
+    ([`data_problems`][rambo.detection.config_check.data_problems] says why)."""
     data = cfg.data
     try:
         count = sum(len(read_image_set(root, data.train_set)) for root in data.train_roots)
@@ -108,9 +110,10 @@ def training_images(cfg: DictConfig, overrides: list[str]) -> int | None:
 
 
 def batch_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
-    """``schedule.batch_size`` against the training images: a batch larger than the training set
-    would be filled by repeating its images (:class:`.group_sampler.GroupedBatchSampler` pads a
-    group to a full batch), every step a pass over the set many times over."""
+    """`schedule.batch_size` against the training images: a batch larger than the training set
+    would be filled by repeating its images
+    ([`group_sampler.GroupedBatchSampler`][rambo.detection.group_sampler.GroupedBatchSampler] pads a group to a full
+    batch), every step a pass over the set many times over."""
     batch = select(cfg, "schedule.batch_size", None)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         return []  # the bound says why
@@ -129,7 +132,7 @@ def batch_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
 
 
 def checkpoint_problems(cfg: DictConfig) -> list[Problem]:
-    """``init_checkpoint``, when set, must be a file."""
+    """`init_checkpoint`, when set, must be a file."""
     path = cfg.get("init_checkpoint")
     if path and not Path(path).is_file():
         return [
@@ -143,7 +146,7 @@ def checkpoint_problems(cfg: DictConfig) -> list[Problem]:
 
 
 def problems(cfg: DictConfig) -> list[Problem]:
-    """Every problem of the composed run config ``cfg`` (with or without its ``hydra`` node)."""
+    """Every problem of the composed run config `cfg` (with or without its `hydra` node)."""
     found = without_derived(cfg, bound_problems(cfg, BOUNDS) + choice_problems(cfg, CHOICES))
     overrides = task_overrides(cfg)
     folders = data_problems(cfg, overrides)

@@ -1,10 +1,10 @@
 """Download Pascal VOC 2007 / 2012 with pinned checksums, atomically, and extract it safely.
 
-``python -m rambo.detection.download ROOT [--sets voc2007-trainval voc2007-test voc2012-trainval]``
-leaves ``ROOT/VOCdevkit/VOC2007`` and ``ROOT/VOCdevkit/VOC2012``. The work is done by
-:func:`rambo.harness.download.ensure_dataset`: a VOC already extracted under ``ROOT`` is used as it
-is (no archive needed); otherwise each tar is verified or downloaded, then extracted (checked,
-staged, merged: both 2007 tars fill ``VOCdevkit/VOC2007``). When the network or a file is missing
+`python -m rambo.detection.download ROOT [--sets voc2007-trainval voc2007-test voc2012-trainval]`
+leaves `ROOT/VOCdevkit/VOC2007` and `ROOT/VOCdevkit/VOC2012`. The work is done by
+[`rambo.harness.download.ensure_dataset`][rambo.harness.download.ensure_dataset]: a VOC already extracted under `ROOT`
+is used as it is (no archive needed); otherwise each tar is verified or downloaded, then extracted (checked,
+staged, merged: both 2007 tars fill `VOCdevkit/VOC2007`). When the network or a file is missing
 the command stops with the manual steps instead of a traceback.
 """
 
@@ -30,7 +30,7 @@ _MIRRORS = (
 
 
 def _voc(year: int, filename: str, md5: str, image_set: str) -> DatasetFile:
-    """A VOC tar on its servers, tried in order; ``ready`` is an image-set list only that archive provides."""
+    """A VOC tar on its servers, tried in order; `ready` is an image-set list only that archive provides."""
     return DatasetFile(
         filename,
         tuple(f"{base.format(year=year)}/{filename}" for base in _MIRRORS),
@@ -49,7 +49,7 @@ ARCHIVES: dict[str, DatasetFile] = {
 
 
 def _year_folder(item: DatasetFile) -> str:
-    """``VOCdevkit/VOC2007`` or ``VOCdevkit/VOC2012``: the first two components of ``ready``."""
+    """`VOCdevkit/VOC2007` or `VOCdevkit/VOC2012`: the first two components of `ready`."""
     return "/".join(item.ready.split("/")[:2])
 
 
@@ -60,12 +60,13 @@ def fetch(
     mirror: str | None = None,
     archive_dir: str | Path | None = None,
 ) -> list[Path]:
-    """Put the named VOC archives in place under ``root``; return their year folders, in order.
+    """Put the named VOC archives in place under `root`; return their year folders, in order.
 
     Data already extracted there is used as it is; otherwise the archive is verified or downloaded
-    (from ``mirror`` instead of the official server when given: :mod:`rambo.harness.mirror`) into
-    ``archive_dir`` (default ``root``) and extracted. Raises :class:`DownloadError` (with the manual steps) or
-    :class:`rambo.harness.extract.ArchiveError` (corrupt, unsafe or clashing archive).
+    (from `mirror` instead of the official server when given: [`rambo.harness.mirror`][rambo.harness.mirror]) into
+    `archive_dir` (default `root`) and extracted. Raises [`DownloadError`][rambo.harness.download.DownloadError] (with
+    the manual steps) or [`rambo.harness.extract.ArchiveError`][rambo.harness.extract.ArchiveError] (corrupt, unsafe or
+    clashing archive).
     """
     root, names = Path(root), list(names)
     unknown = sorted(set(names) - set(ARCHIVES))

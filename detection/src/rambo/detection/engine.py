@@ -26,18 +26,19 @@ def train_one_epoch(
     *,
     options: EngineOptions,
 ) -> tuple[dict, int]:
-    """One step per ``(images, targets)`` batch of ``loader`` (its length is the epoch's iterations:
-    ``schedule.max_iterations_per_epoch`` cuts the loader, :func:`.train.epoch_loader`), random
-    horizontal flips drawn from ``flips``, the learning rate stepped every iteration, and the
-    gradient's 2-norm over all parameters clipped at ``grad_clip_max_norm`` when given (as
-    mmdetection's ``optimizer_config.grad_clip``). ``options``: device, forward context, progress
-    bar and its label (:class:`rambo.harness.engine_options.EngineOptions`; the images are 3-D, so
-    ``channels_last`` is the model's, the caller's); the RoI heads compute their losses in float32
-    outside the autocast context (:class:`.roi_heads.ConfigurableLossRoIHeads`).
+    """One step per `(images, targets)` batch of `loader` (its length is the epoch's iterations:
+    `schedule.max_iterations_per_epoch` cuts the loader, [`train.epoch_loader`][rambo.detection.train.epoch_loader]),
+    random horizontal flips drawn from `flips`, the learning rate stepped every iteration, and the
+    gradient's 2-norm over all parameters clipped at `grad_clip_max_norm` when given (as
+    mmdetection's `optimizer_config.grad_clip`). `options`: device, forward context, progress
+    bar and its label ([`rambo.harness.engine_options.EngineOptions`][rambo.harness.engine_options.EngineOptions]; the
+    images are 3-D, so `channels_last` is the model's, the caller's); the RoI heads compute their losses in float32
+    outside the autocast context
+    ([`roi_heads.ConfigurableLossRoIHeads`][rambo.detection.roi_heads.ConfigurableLossRoIHeads]).
 
-    Returns ``({loss name: mean over the steps}, images seen)``; a non-finite loss is a
-    ``FloatingPointError`` naming the step and each loss term (on a GPU, where the losses are summed
-    on the device and read once, :mod:`rambo.harness.loss_sums`: the epoch and the means).
+    Returns `({loss name: mean over the steps}, images seen)`; a non-finite loss is a
+    `FloatingPointError` naming the step and each loss term (on a GPU, where the losses are summed
+    on the device and read once, [`rambo.harness.loss_sums`][rambo.harness.loss_sums]: the epoch and the means).
     """
     device, autocast, description = options.device, options.autocast, options.description
     model.train()
@@ -73,8 +74,8 @@ def train_one_epoch(
 
 
 def evaluate(model, dataset, batch_size: int, num_classes: int, *, options: EngineOptions) -> dict:
-    """VOC AP50 of ``model`` on ``dataset`` (kept with its difficult objects) by both AP methods:
-    ``{"area": {"map", "ap"}, "11point": {...}}``; ``options`` as in training (device, autocast,
+    """VOC AP50 of `model` on `dataset` (kept with its difficult objects) by both AP methods:
+    `{"area": {"map", "ap"}, "11point": {...}}`; `options` as in training (device, autocast,
     progress bar)."""
     predictions, ground_truths = collect_detections(
         model, dataset, options.device, batch_size, options.show_progress, options.autocast

@@ -5,8 +5,8 @@ when its best-overlapping ground truth of that class has IoU > 0.5 and was not m
 false positive otherwise; a detection whose best match is a *difficult* ground truth counts as
 neither, and difficult objects are not counted in the recall's denominator.
 
-Boxes are continuous corners ``(x1, y1, x2, y2)`` (the VOC parser turns the 1-based inclusive pixel
-indices into these), so the IoU has no "+1": a devkit box ``[1, 1, 10, 10]`` is ``[0, 0, 10, 10]``.
+Boxes are continuous corners `(x1, y1, x2, y2)` (the VOC parser turns the 1-based inclusive pixel
+indices into these), so the IoU has no "+1": a devkit box `[1, 1, 10, 10]` is `[0, 0, 10, 10]`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ AP_METHODS = ("area", "11point", "101point")
 
 
 def box_iou(boxes: np.ndarray, others: np.ndarray) -> np.ndarray:
-    """IoU ``[A, B]`` of corner boxes ``boxes [A, 4]`` and ``others [B, 4]``."""
+    """IoU `[A, B]` of corner boxes `boxes [A, 4]` and `others [B, 4]`."""
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     others = np.asarray(others, dtype=np.float64).reshape(-1, 4)
     width = np.clip(
@@ -38,11 +38,11 @@ def box_iou(boxes: np.ndarray, others: np.ndarray) -> np.ndarray:
 def average_precision(recall: np.ndarray, precision: np.ndarray, method: str = "area") -> float:
     """AP from a precision/recall curve (detections in decreasing score).
 
-    ``area``: VOC 2010+ area under the monotone precision envelope,
-    ``sum_k (r_k - r_{k-1}) * max_{j >= k} p_j``.
-    ``11point``: VOC 2007, the mean over ``t in {0, 0.1, ..., 1}`` of ``max_{r_j >= t} p_j`` (0 if none).
-    ``101point``: COCO's sampling, the mean over ``t in {0, 0.01, ..., 1}`` of the envelope at the
-    first ``r_j >= t`` (0 if none); given so that the matching can be checked against pycocotools.
+    `area`: VOC 2010+ area under the monotone precision envelope,
+    `sum_k (r_k - r_{k-1}) * max_{j >= k} p_j`.
+    `11point`: VOC 2007, the mean over `t in {0, 0.1, ..., 1}` of `max_{r_j >= t} p_j` (0 if none).
+    `101point`: COCO's sampling, the mean over `t in {0, 0.01, ..., 1}` of the envelope at the
+    first `r_j >= t` (0 if none); given so that the matching can be checked against pycocotools.
     """
     if method not in AP_METHODS:
         raise ValueError(f"unknown AP method {method!r}; choose from {AP_METHODS}")
@@ -66,7 +66,7 @@ def average_precision(recall: np.ndarray, precision: np.ndarray, method: str = "
 
 @dataclass
 class ClassCurve:
-    """Per-class matching result: ``tp``/``fp`` flags of the counted detections in score order."""
+    """Per-class matching result: `tp`/`fp` flags of the counted detections in score order."""
 
     true_positive: np.ndarray
     false_positive: np.ndarray
@@ -86,8 +86,8 @@ def match_class(detections, ground_truths, iou_threshold: float = IOU_THRESHOLD)
     """Match one class's detections to its ground truth (VOC protocol, see module docstring).
 
     Args:
-        detections: list of ``(image_id, score, box [4])``.
-        ground_truths: dict ``image_id -> (boxes [K, 4], difficult [K] bool)``.
+        detections: list of `(image_id, score, box [4])`.
+        ground_truths: dict `image_id -> (boxes [K, 4], difficult [K] bool)`.
     """
     order = sorted(range(len(detections)), key=lambda i: -float(detections[i][1]))  # stable on ties
     matched = {image: np.zeros(len(boxes), dtype=bool) for image, (boxes, _) in ground_truths.items()}
@@ -117,12 +117,12 @@ def evaluate_voc(
     """AP per class and mAP over the classes that have a non-difficult ground truth object.
 
     Args:
-        predictions: dict ``image_id -> {"boxes": [D, 4], "scores": [D], "labels": [D] in 1..C}``.
-        ground_truths: dict ``image_id -> {"boxes": [K, 4], "labels": [K] in 1..C, "difficult": [K]}``.
+        predictions: dict `image_id -> {"boxes": [D, 4], "scores": [D], "labels": [D] in 1..C}`.
+        ground_truths: dict `image_id -> {"boxes": [K, 4], "labels": [K] in 1..C, "difficult": [K]}`.
         num_classes: C (labels run 1..C, torchvision's convention).
-        method: ``area`` (VOC 2010+), ``11point`` (VOC 2007) or ``101point`` (COCO sampling).
+        method: `area` (VOC 2010+), `11point` (VOC 2007) or `101point` (COCO sampling).
 
-    Returns ``{"ap": [C] floats (NaN for a class without positives), "map": float}``.
+    Returns `{"ap": [C] floats (NaN for a class without positives), "map": float}`.
     """
     if method not in AP_METHODS:
         raise ValueError(f"unknown AP method {method!r}; choose from {AP_METHODS}")

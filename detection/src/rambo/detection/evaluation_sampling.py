@@ -4,16 +4,18 @@ The mini's test set is 80 small images; two models that differ by a point may di
 images they were scored on. Given one model's detections on a large test set, these measure the
 evaluation-sampling part of the variance of its AP50:
 
-* :func:`map_of_images`: the VOC AP50 (:func:`.evaluation.evaluate_voc`) of a *multiset* of test
+* [`map_of_images`][rambo.detection.evaluation_sampling.map_of_images]: the VOC AP50
+  ([`evaluation.evaluate_voc`][rambo.detection.evaluation.evaluate_voc]) of a *multiset* of test
   images: an image drawn twice counts twice (its copies are evaluated as separate images);
-* :func:`bootstrap_maps`: AP50 over bootstrap resamples of the test images (drawn with
-  replacement, ``size`` each, by a seeded generator), whose standard deviation is the sampling
-  error of an AP50 measured on ``size`` images;
-* :func:`disjoint_maps`: AP50 on each of the disjoint consecutive ``size``-image parts of the
-  test set: independent test sets of that size, as a new draw of the data would give.
+* [`bootstrap_maps`][rambo.detection.evaluation_sampling.bootstrap_maps]: AP50 over bootstrap resamples of the test
+  images (drawn with replacement, `size` each, by a seeded generator), whose standard deviation is the sampling
+  error of an AP50 measured on `size` images;
+* [`disjoint_maps`][rambo.detection.evaluation_sampling.disjoint_maps]: AP50 on each of the disjoint consecutive
+  `size`-image parts of the test set: independent test sets of that size, as a new draw of the data would give.
 
 A paired comparison (RaMBO minus CE on the same images) resamples the same image indices for
-both models: pass one ``generator`` seed to both, or the differences of :func:`disjoint_maps`.
+both models: pass one `generator` seed to both, or the differences of
+[`disjoint_maps`][rambo.detection.evaluation_sampling.disjoint_maps].
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from .evaluation import evaluate_voc
 def map_of_images(
     predictions: Mapping, ground_truths: Mapping, images: Sequence[str], num_classes: int, method: str = "area"
 ) -> float:
-    """AP50 (``method`` as :func:`evaluate_voc`) of the test images ``images``, repeats counted:
-    the ``k``-th copy of an image is evaluated as an image of its own (``<id>#k``)."""
+    """AP50 (`method` as [`evaluate_voc`][rambo.detection.evaluation.evaluate_voc]) of the test images `images`, repeats
+    counted: the `k`-th copy of an image is evaluated as an image of its own (`<id>#k`)."""
     chosen_predictions, chosen_truths, seen = {}, {}, {}
     for image in images:
         copy = seen.get(image, 0)
@@ -48,8 +50,8 @@ def bootstrap_maps(
     size: int | None = None,
     method: str = "area",
 ) -> np.ndarray:
-    """AP50 of ``draws`` bootstrap resamples of ``size`` images (default: as many as there are),
-    drawn with replacement by ``numpy.random.default_rng(seed)`` from the sorted image ids."""
+    """AP50 of `draws` bootstrap resamples of `size` images (default: as many as there are),
+    drawn with replacement by `numpy.random.default_rng(seed)` from the sorted image ids."""
     images = sorted(ground_truths)
     size = len(images) if size is None else size
     if draws < 1 or not 1 <= size:
@@ -64,8 +66,8 @@ def bootstrap_maps(
 def disjoint_maps(
     predictions: Mapping, ground_truths: Mapping, num_classes: int, size: int, method: str = "area"
 ) -> np.ndarray:
-    """AP50 of each consecutive ``size``-image part of the sorted image ids (a remainder smaller
-    than ``size`` is left out)."""
+    """AP50 of each consecutive `size`-image part of the sorted image ids (a remainder smaller
+    than `size` is left out)."""
     images = sorted(ground_truths)
     if not 1 <= size <= len(images):
         raise ValueError(f"size must be in 1..{len(images)} (the test images), got {size}")

@@ -1,6 +1,7 @@
-"""mmdetection's classifier-loss arguments turned into what :class:`RankClassifierLoss` takes.
+"""mmdetection's classifier-loss arguments turned into what
+[`RankClassifierLoss`][rambo.detection.rank_classifier_loss.RankClassifierLoss] takes.
 
-mmdet's bbox heads call ``loss_cls(cls_score [N, C+1], labels [N], label_weights [N], avg_factor=...)``
+mmdet's bbox heads call `loss_cls(cls_score [N, C+1], labels [N], label_weights [N], avg_factor=...)`
 with background = C (the last column). This module needs no mmdet, so it is tested everywhere.
 """
 
@@ -10,12 +11,12 @@ import torch
 
 
 def select_weighted_rois(cls_score: torch.Tensor, labels: torch.Tensor, label_weights: torch.Tensor | None):
-    """Validate mmdet's arguments and keep the RoIs whose ``label_weights`` is positive.
+    """Validate mmdet's arguments and keep the RoIs whose `label_weights` is positive.
 
-    Returns ``(cls_score [M, C+1], labels [M])``. A zero weight is how mmdet leaves a RoI out of
+    Returns `(cls_score [M, C+1], labels [M])`. A zero weight is how mmdet leaves a RoI out of
     the loss (e.g. ignored or padded samples); the rank losses have no per-item weight, so such
     RoIs are removed from the ranking instead. Positive weights other than 1 cannot be honoured
-    by a ranking and raise ``ValueError``.
+    by a ranking and raise `ValueError`.
     """
     if cls_score.dim() != 2 or cls_score.shape[1] < 2:
         raise ValueError(f"cls_score must be [N, C+1] with C >= 1, got shape {tuple(cls_score.shape)}")

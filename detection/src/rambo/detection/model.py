@@ -1,4 +1,4 @@
-"""Faster R-CNN with FPN (torchvision) whose RoI classifier loss is ``ce`` or ``rambo`` (paper 5.2)."""
+"""Faster R-CNN with FPN (torchvision) whose RoI classifier loss is `ce` or `rambo` (paper 5.2)."""
 
 from __future__ import annotations
 
@@ -15,24 +15,24 @@ from .rpn import BorderAwareRPN
 
 
 def build_classifier_loss(loss, num_classes: int) -> torch.nn.Module:
-    """The RoI classifier loss of the ``loss`` config group, built from its ``module._target_``
-    (``CrossEntropyClassifierLoss`` or ``RankClassifierLoss``) for ``num_classes`` object classes."""
+    """The RoI classifier loss of the `loss` config group, built from its `module._target_`
+    (`CrossEntropyClassifierLoss` or `RankClassifierLoss`) for `num_classes` object classes."""
     if "module" not in loss or "_target_" not in loss["module"]:
         raise ValueError(f"the loss config needs module._target_ (a classifier loss class), got {dict(loss)}")
     return instantiate(loss["module"], num_classes=num_classes)
 
 
 def build_detector(model, loss, num_classes: int) -> FasterRCNN:
-    """Faster R-CNN + FPN from the ``model`` and ``loss`` config groups (see ``configs/``).
+    """Faster R-CNN + FPN from the `model` and `loss` config groups (see `configs/`).
 
-    ``num_classes``: C object classes; the predictor has C + 1 outputs (torchvision: background 0).
-    The RPN and the box head are torchvision's; the RPN (:class:`rambo.detection.rpn.BorderAwareRPN`)
-    leaves the anchors crossing the image border out of its training targets by
-    ``model.rpn_allowed_border`` (mmdetection's 0; null, also when absent: every anchor, as
-    torchvision); the RoI heads (:class:`ConfigurableLossRoIHeads`) swap the classifier loss,
-    compute it on the RoIs ``loss.classifier_rois`` names (``sampled`` when absent, or
-    ``all_proposals``), and take the box loss's smooth-L1 beta from ``model.box_smooth_l1_beta``
-    (mmdetection's 1.0 when absent; torchvision's is 1/9).
+    `num_classes`: C object classes; the predictor has C + 1 outputs (torchvision: background 0).
+    The RPN and the box head are torchvision's; the RPN
+    ([`rambo.detection.rpn.BorderAwareRPN`][rambo.detection.rpn.BorderAwareRPN]) leaves the anchors crossing the image
+    border out of its training targets by `model.rpn_allowed_border` (mmdetection's 0; null, also when absent: every
+    anchor, as torchvision); the RoI heads
+    ([`ConfigurableLossRoIHeads`][rambo.detection.roi_heads.ConfigurableLossRoIHeads]) swap the classifier loss, compute
+    it on the RoIs `loss.classifier_rois` names (`sampled` when absent, or `all_proposals`), and take the box loss's
+    smooth-L1 beta from `model.box_smooth_l1_beta` (mmdetection's 1.0 when absent; torchvision's is 1/9).
     """
     backbone = build_backbone(
         model["backbone"],

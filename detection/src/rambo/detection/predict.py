@@ -15,11 +15,12 @@ from .voc import collate_detection
 def collect_detections(
     model, dataset, device: torch.device, batch_size: int = 4, progress: bool = False, autocast=contextlib.nullcontext
 ):
-    """``(predictions, ground_truths)``, both ``image_id -> dict of numpy arrays`` (see ``evaluate_voc``).
+    """`(predictions, ground_truths)`, both `image_id -> dict of numpy arrays` (see `evaluate_voc`).
 
-    ``dataset`` must keep difficult objects (``train=False``) so the evaluator can ignore them.
-    ``autocast``: the factory of the forward pass's context (:func:`rambo.harness.precision.autocast`);
-    the RoI heads score and place the detections in float32 (:class:`.roi_heads.ConfigurableLossRoIHeads`).
+    `dataset` must keep difficult objects (`train=False`) so the evaluator can ignore them.
+    `autocast`: the factory of the forward pass's context
+    ([`rambo.harness.precision.autocast`][rambo.harness.precision.autocast]); the RoI heads score and place the
+    detections in float32 ([`roi_heads.ConfigurableLossRoIHeads`][rambo.detection.roi_heads.ConfigurableLossRoIHeads]).
     """
     model.eval()
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, collate_fn=collate_detection)

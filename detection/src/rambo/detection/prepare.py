@@ -1,15 +1,15 @@
 """Data stage of the pipeline: generate or download every dataset a profile's detection runs read
-(:mod:`rambo.harness.data_stage`, shared with retrieval).
+([`rambo.harness.data_stage`][rambo.harness.data_stage], shared with retrieval).
 
     python -m rambo.detection.prepare --data-dir data/detection --data synthetic
     python -m rambo.detection.prepare --data-dir data/detection --data voc07 voc0712 -- <Hydra overrides>
 
-A dataset with ``data.generate`` (synthetic, tiny) is generated; VOC (2007 trainval and test, plus
-2012 trainval for voc0712) is found already extracted under ``data.root``, or downloaded with
-pinned checksums (or from ``--mirror``) and extracted, printing the manual steps when that fails;
-``--archives DIR`` keeps the tars there. ``--rows-from params.yaml`` (or ``--rows EXPERIMENT...``)
+A dataset with `data.generate` (synthetic, tiny) is generated; VOC (2007 trainval and test, plus
+2012 trainval for voc0712) is found already extracted under `data.root`, or downloaded with
+pinned checksums (or from `--mirror`) and extracted, printing the manual steps when that fails;
+`--archives DIR` keeps the tars there. `--rows-from params.yaml` (or `--rows EXPERIMENT...`)
 first checks the ImageNet weights those rows load (ResNet-50/101, ResNeXt-101 32x4d:
-``rambo.harness.weights``); the pipeline passes it.
+`rambo.harness.weights`); the pipeline passes it.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ DATASETS = ("synthetic", "tiny", *VOC_ARCHIVES)
 
 
 def prepare_one(name: str, data, source: data_stage.Source = data_stage.Source()) -> Path:
-    """Generate (``data.generate``) or fetch dataset ``name`` into ``data.root``. VOC's archives all
-    have pinned checksums, so ``source.verify`` changes nothing here."""
+    """Generate (`data.generate`) or fetch dataset `name` into `data.root`. VOC's archives all
+    have pinned checksums, so `source.verify` changes nothing here."""
     if data.get("generate"):
         spec = data.generate
         return generate(data.root, seed=spec.seed, num_trainval=spec.trainval, num_test=spec.test, image_size=spec.size)

@@ -1,44 +1,46 @@
-"""The RaMBO RoI classifier loss: ``(1 - c) L_mAP + c L_AP-C``, c = 1/3 (paper 4.6, 5.2).
+"""The RaMBO RoI classifier loss: `(1 - c) L_mAP + c L_AP-C`, c = 1/3 (paper 4.6, 5.2).
 
 The formulation is the authors' (their detection loss: an inter-class coefficient c with the
-paper's "2 : 1" ratio of the two terms as ``(1 - c) : c``; the score memory of the last ``tau``
+paper's "2 : 1" ratio of the two terms as `(1 - c) : c`; the score memory of the last `tau`
 batches extends the ranking of L_mAP only, L_AP-C ranks the current batch). The coefficients sit
-before the blackbox rank, as in their code, so ``lam`` means what it means in the paper's tables.
-Any further weight (``loss_weight``) scales only the gradient that leaves the loss
-(:func:`rambo.core.scale_gradient`): a weight on the loss value would multiply lambda as well.
+before the blackbox rank, as in their code, so `lam` means what it means in the paper's tables.
+Any further weight (`loss_weight`) scales only the gradient that leaves the loss
+([`rambo.core.scale_gradient`][rambo.core.scale_gradient]): a weight on the loss value would multiply lambda as well.
 
 What is ranked. Each sampled RoI is an item; its scores are the classifier's logits of the C
-object classes, ``[N, C]``. Column ``c`` ranks all RoIs for class ``c`` (L_mAP, Eq. 22 averaged
+object classes, `[N, C]`. Column `c` ranks all RoIs for class `c` (L_mAP, Eq. 22 averaged
 over classes) and the flattened matrix ranks everything at once (L_AP-C, Eq. 23). A RoI is
 relevant in the column of its ground-truth class; background RoIs are relevant nowhere, so they
 are negatives in every column, as in the AP-loss of Chen et al. 2019a that the paper follows for
 AP-C. The background column is not used; at inference the detections are ranked by these same
-object logits (:class:`rambo.detection.roi_heads.ConfigurableLossRoIHeads`, ``score_function="logit"``).
+object logits
+([`rambo.detection.roi_heads.ConfigurableLossRoIHeads`][rambo.detection.roi_heads.ConfigurableLossRoIHeads],
+`score_function="logit"`).
 
 Why logits and not softmax probabilities: ranking the softmax outputs gave (measured on the tiny
 synthetic set, 60 iterations) a classifier gradient norm of 0.000-0.005 against 0.01-0.13 on
 logits, and no learning at all (mAP 0.003 vs 0.106): the blackbox gradient is a rank difference
 divided by lambda, and the softmax Jacobian (about p = 1 / (C + 1)) shrinks it further.
 
-The margin (``margin_mode``). ``fixed`` (the default) is the paper's Eq. 14: relevant scores move
-down by alpha / 2, irrelevant ones up by alpha / 2 (:func:`rambo.core.shift_by_margin`, inside
-the core losses). ``authors_random`` is the authors' detection code (martius-lab/blackbox-backprop
-``blackbox_backprop/mAP.py`` at 075bf56, ``raw_map_computation``): every entry of the ranked
-matrix gets its own draw, ``scores - alpha * |z| * (relevant - 1/2)`` with ``z ~ N(0, 1)``, i.e.
-relevant scores down and irrelevant ones up by ``alpha |z| / 2`` (alpha / 2 times |z|, whose mean
+The margin (`margin_mode`). `fixed` (the default) is the paper's Eq. 14: relevant scores move
+down by alpha / 2, irrelevant ones up by alpha / 2 ([`rambo.core.shift_by_margin`][rambo.core.shift_by_margin], inside
+the core losses). `authors_random` is the authors' detection code (martius-lab/blackbox-backprop
+`blackbox_backprop/mAP.py` at 075bf56, `raw_map_computation`): every entry of the ranked
+matrix gets its own draw, `scores - alpha * |z| * (relevant - 1/2)` with `z ~ N(0, 1)`, i.e.
+relevant scores down and irrelevant ones up by `alpha |z| / 2` (alpha / 2 times |z|, whose mean
 is sqrt(2 / pi) ~ 0.80). As there, the draws are fresh at every call, for L_mAP over the batch and
-its memory (drawn as a ``[C, N + M]`` matrix, their transposed layout) and separately for L_AP-C
-over the flattened batch (``[1, N C]``), in that order; the memory keeps the unshifted scores.
-The draws come from this loss's own ``torch.Generator`` (:class:`AuthorsRandomMargin`) on the
-scores' device, seeded by ``margin_seed`` or, when None, by one draw from the global generator
-at construction (the run's seed: the app seeds it before building the model, identically on every
-DDP process, so every process draws the same margins for the same global batch); its state
-travels with ``state_dict()`` so a resumed run continues the same draws.
+its memory (drawn as a `[C, N + M]` matrix, their transposed layout) and separately for L_AP-C
+over the flattened batch (`[1, N C]`), in that order; the memory keeps the unshifted scores.
+The draws come from this loss's own `torch.Generator`
+([`AuthorsRandomMargin`][rambo.detection.rank_classifier_loss.AuthorsRandomMargin]) on the scores' device, seeded by
+`margin_seed` or, when None, by one draw from the global generator at construction (the run's seed: the app seeds it
+before building the model, identically on every DDP process, so every process draws the same margins for the same global
+batch); its state travels with `state_dict()` so a resumed run continues the same draws.
 
-Several processes (DDP): with ``global_batch=True`` (the default, the paper's loss) every process
+Several processes (DDP): with `global_batch=True` (the default, the paper's loss) every process
 ranks the global batch, the RoIs of all processes' images, and its memory holds global batches
-(:mod:`rambo.detection.distributed`); ``global_batch=False`` ranks each process's own RoIs with its
-own memory (cheaper, not the paper's loss). One process: the two are the same.
+([`rambo.detection.distributed`][rambo.detection.distributed]); `global_batch=False` ranks each process's own RoIs with
+its own memory (cheaper, not the paper's loss). One process: the two are the same.
 """
 
 from __future__ import annotations
@@ -53,9 +55,9 @@ from .distributed import global_batch
 
 
 def labels_to_relevance(labels: torch.Tensor, num_classes: int, background_label: int) -> torch.Tensor:
-    """``labels [N]`` (class ids plus one background id) -> ``relevant [N, C]`` bool over object classes.
+    """`labels [N]` (class ids plus one background id) -> `relevant [N, C]` bool over object classes.
 
-    ``background_label``: 0 in torchvision (objects 1..C go to columns 0..C-1) or C in mmdetection
+    `background_label`: 0 in torchvision (objects 1..C go to columns 0..C-1) or C in mmdetection
     (objects 0..C-1 are their own columns). A background row is all False.
     """
     if labels.dim() != 1:
@@ -84,10 +86,11 @@ MARGIN_MODES = ("fixed", "authors_random")
 class AuthorsRandomMargin(torch.nn.Module):
     """The authors' random margin (module docstring) around a rank loss built without one.
 
-    ``loss(scores [N, C], relevant [N, C])`` receives ``scores - margin * |z| * (relevant - 1/2)``,
-    ``z`` drawn from :attr:`generator` as a ``[C, N]`` matrix (``layout="columns"``, L_mAP's
-    ``transpose``) or a ``[1, N C]`` row (``layout="flat"``, L_AP-C's ``reshape(-1, 1).transpose``),
-    then brought to ``[N, C]``. ``noise``: the :class:`MarginNoise` shared by the two terms.
+    `loss(scores [N, C], relevant [N, C])` receives `scores - margin * |z| * (relevant - 1/2)`,
+    `z` drawn from `generator` as a `[C, N]` matrix (`layout="columns"`, L_mAP's
+    `transpose`) or a `[1, N C]` row (`layout="flat"`, L_AP-C's `reshape(-1, 1).transpose`),
+    then brought to `[N, C]`. `noise`: the [`MarginNoise`][rambo.detection.rank_classifier_loss.MarginNoise] shared by
+    the two terms.
     """
 
     def __init__(self, loss: torch.nn.Module, margin: float, noise: MarginNoise, layout: str):
@@ -99,7 +102,7 @@ class AuthorsRandomMargin(torch.nn.Module):
         self.ranked_dim = getattr(loss, "ranked_dim", -1)  # what a ScoreMemory around this extends
 
     def shift(self, scores: torch.Tensor, relevant: torch.Tensor) -> torch.Tensor:
-        """The shifted scores (float32 at least, as :func:`rambo.core.shift_by_margin`)."""
+        """The shifted scores (float32 at least, as [`rambo.core.shift_by_margin`][rambo.core.shift_by_margin])."""
         scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
         rows, columns = scores.shape
         if self.layout == "columns":
@@ -113,8 +116,8 @@ class AuthorsRandomMargin(torch.nn.Module):
 
 
 class MarginNoise(torch.nn.Module):
-    """A ``torch.Generator`` seeded with ``seed``, created on the device of the first scores it
-    draws for; its state is this module's extra state (``state_dict()``), restored on resume (on
+    """A `torch.Generator` seeded with `seed`, created on the device of the first scores it
+    draws for; its state is this module's extra state (`state_dict()`), restored on resume (on
     the same device type; on another one the draws start again from the seed)."""
 
     def __init__(self, seed: int):
@@ -142,24 +145,24 @@ class MarginNoise(torch.nn.Module):
 
 
 class RankClassifierLoss(torch.nn.Module):
-    """The classifier loss as the RoI heads call it: ``loss(class_logits [N, C+1], labels [N])``.
+    """The classifier loss as the RoI heads call it: `loss(class_logits [N, C+1], labels [N])`.
 
-    ``(1 - interclass_coef) * L_mAP(scores and memory) + interclass_coef * L_AP-C(scores)``, the
-    gradient reaching the logits multiplied by ``loss_weight``.
+    `(1 - interclass_coef) * L_mAP(scores and memory) + interclass_coef * L_AP-C(scores)`, the
+    gradient reaching the logits multiplied by `loss_weight`.
 
     Args:
         num_classes: C (object classes, background excluded).
-        background_label: where background sits in ``labels`` and in the logits' columns:
+        background_label: where background sits in `labels` and in the logits' columns:
             0 (torchvision: column 0) or C (mmdetection: the last column).
         margin, lam, tau: alpha, lambda and the score memory length (paper 5.2: 0.15, 0.5, 7).
         interclass_coef: c, the weight of L_AP-C (1/3: the paper's 2 : 1 ratio, the authors' code).
         loss_weight: a pure gradient scale (1 in the paper); the loss value and lambda are unchanged.
         global_batch: under DDP, rank the RoIs of every process (True, the paper's loss: one GPU ranks
             the whole batch) or only this process's (False); no effect in a single process.
-        margin_mode: ``fixed`` (the paper's Eq. 14, alpha / 2) or ``authors_random`` (alpha |z| / 2
+        margin_mode: `fixed` (the paper's Eq. 14, alpha / 2) or `authors_random` (alpha |z| / 2
             per entry, the authors' mAP.py; module docstring).
-        margin_seed: the seed of ``authors_random``'s generator; None: one draw of the global
-            generator at construction. Unused with ``fixed``.
+        margin_seed: the seed of `authors_random`'s generator; None: one draw of the global
+            generator at construction. Unused with `fixed`.
     """
 
     def __init__(
@@ -205,7 +208,7 @@ class RankClassifierLoss(torch.nn.Module):
             self.apc_loss = AuthorsRandomMargin(APCLoss(margin=0.0, lam=lam), margin, self.margin_noise, "flat")
 
     def object_scores(self, class_logits: torch.Tensor) -> torch.Tensor:
-        """The logits of the C object classes, ``[N, C]`` (the background column dropped)."""
+        """The logits of the C object classes, `[N, C]` (the background column dropped)."""
         if class_logits.dim() != 2 or class_logits.shape[1] != self.num_classes + 1:
             raise ValueError(f"class_logits must be [N, {self.num_classes + 1}], got {tuple(class_logits.shape)}")
         if self.background_label == 0:

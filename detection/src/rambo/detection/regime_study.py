@@ -2,11 +2,11 @@
 
     python -m rambo.detection.regime_study --work build/detection_variance --seeds 3 --jobs 2
 
-Each hypothesis changes one setting of a mini row (:data:`HYPOTHESES`) and trains it, with the
-training app, from the same CE warm starts as the mini (``seed s`` from warm start ``s``, the
-pipeline's design; the warm starts and the unchanged rows of :mod:`.variance_study` in ``--work``
-are reused, or trained when missing). Every run is scored on a **validation split** of its own:
-``--validation`` images generated with another generator seed (1; the mini's train and test images
+Each hypothesis changes one setting of a mini row (`HYPOTHESES`) and trains it, with the
+training app, from the same CE warm starts as the mini (`seed s` from warm start `s`, the
+pipeline's design; the warm starts and the unchanged rows of [`variance_study`][rambo.detection.variance_study] in
+`--work` are reused, or trained when missing). Every run is scored on a **validation split** of its own:
+`--validation` images generated with another generator seed (1; the mini's train and test images
 are seed 0's), so no choice reads the mini's test set. The classifier's logits on the validation
 images' RoIs are recorded too (their standard deviation over the object classes, and the mean top-1
 margin over the second logit): the scale the rank loss leaves the scores at.
@@ -16,7 +16,7 @@ minus the unchanged row's, paired by seed, has a 95% Student-t interval above 0 
 below 0, else **not resolved**). A redesign of the mini adopts a setting only if it is supported,
 the one with the largest mean gain when several are; the report also gives each hypothesis's
 RaMBO-minus-CE difference (against CE at the same regime where the hypothesis changes CE too).
-Outputs ``regime.json`` and ``regime.md`` in ``--work``.
+Outputs `regime.json` and `regime.md` in `--work`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ VALIDATION_SEED = 1  # the generator seed of the validation images (the mini's i
 
 @dataclass(frozen=True)
 class Hypothesis:
-    """A suspect for RaMBO's gap and the overrides that test it (``ce``: also applied to CE, else CE unchanged)."""
+    """A suspect for RaMBO's gap and the overrides that test it (`ce`: also applied to CE, else CE unchanged)."""
 
     name: str
     question: str
@@ -91,7 +91,7 @@ HYPOTHESES = (
 
 
 def prepare_validation(work: Path, images: int) -> Path:
-    """``images`` validation images from generator seed :data:`VALIDATION_SEED` (its ``test`` list)."""
+    """`images` validation images from generator seed `VALIDATION_SEED` (its `test` list)."""
     root = work / "data" / "validation"
     if not (root / "ImageSets" / "Main" / "test.txt").is_file():
         generate(root, seed=VALIDATION_SEED, num_trainval=1, num_test=images, image_size=96)
@@ -101,7 +101,7 @@ def prepare_validation(work: Path, images: int) -> Path:
 def scored(folder: Path, root: Path) -> dict:
     """A trained run's validation AP50 and the scale of its classifier logits on the validation RoIs.
 
-    Kept beside the run (``validation.json``), so a rerun of the study reads it instead of evaluating again."""
+    Kept beside the run (`validation.json`), so a rerun of the study reads it instead of evaluating again."""
     cached = folder / "validation.json"
     if cached.is_file():
         return json.loads(cached.read_text())
@@ -129,7 +129,7 @@ def compare(a: list[float], b: list[float]) -> dict:
 
 
 def report(scores: dict, seeds: int, hypotheses=HYPOTHESES) -> dict:
-    """``scores[(hypothesis or 'baseline', row, seed)]`` -> per hypothesis: its gain and RaMBO - CE."""
+    """`scores[(hypothesis or 'baseline', row, seed)]` -> per hypothesis: its gain and RaMBO - CE."""
     values = lambda h, row, key="AP50": [scores[(h, row, s)][key] for s in range(seeds)]  # noqa: E731
     result = {
         "baseline": {

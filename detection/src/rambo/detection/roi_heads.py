@@ -1,44 +1,44 @@
 """RoI heads whose classifier loss is chosen by config, and whose box-regression loss is smooth L1
 with a configurable beta.
 
-:class:`ConfigurableLossRoIHeads` subclasses torchvision's ``RoIHeads`` and replaces the
-classification term of the training loss: proposals are sampled, pooled and classified exactly as
-in the parent. The box-regression term (:func:`box_regression_loss`) is torchvision's
-``fastrcnn_loss`` term with ``beta`` as a parameter: the sum over the positive RoIs' 4 encoded
+[`ConfigurableLossRoIHeads`][rambo.detection.roi_heads.ConfigurableLossRoIHeads] subclasses torchvision's `RoIHeads` and
+replaces the classification term of the training loss: proposals are sampled, pooled and classified exactly as
+in the parent. The box-regression term ([`box_regression_loss`][rambo.detection.roi_heads.box_regression_loss]) is
+torchvision's `fastrcnn_loss` term with `beta` as a parameter: the sum over the positive RoIs' 4 encoded
 coordinates (of their ground-truth class) of smooth L1, divided by the number of sampled RoIs of
-the batch. That is mmdetection v1's ``loss_bbox`` too (``SmoothL1Loss(beta=1.0, loss_weight=1.0)``
-with ``avg_factor = bbox_targets.size(0)``, the sampled RoIs; target stds 0.1/0.1/0.2/0.2 =
+the batch. That is mmdetection v1's `loss_bbox` too (`SmoothL1Loss(beta=1.0, loss_weight=1.0)`
+with `avg_factor = bbox_targets.size(0)`, the sampled RoIs; target stds 0.1/0.1/0.2/0.2 =
 torchvision's box-coder weights 10/10/5/5); the two differ only in beta: mmdetection 1.0,
-torchvision 1/9 (``model.box_smooth_l1_beta``). Inference
+torchvision 1/9 (`model.box_smooth_l1_beta`). Inference
 is the parent's, except for the score that ranks detections, which must be the score the loss
-trained (``score_function``): the softmax probability for cross-entropy, the object-class logit
+trained (`score_function`): the softmax probability for cross-entropy, the object-class logit
 for the rank loss. Nothing in torchvision is patched.
 
-Which RoIs the classifier loss sees (``classifier_rois``, config ``loss.classifier_rois``):
+Which RoIs the classifier loss sees (`classifier_rois`, config `loss.classifier_rois`):
 
-* ``sampled`` (the default; torchvision's and mmdetection v1's): the sampled RoIs, 512 per image
-  with at most 25 % positives (``BalancedPositiveNegativeSampler``; mmdetection's RandomSampler
-  ``num=512, pos_fraction=0.25, add_gt_as_proposals=True``), the same RoIs as the box loss.
-* ``all_proposals``: the classifier loss sees every RoI of every image, the RPN's post-NMS
-  proposals followed by the image's ground-truth boxes (mmdetection's ``add_gt_as_proposals``),
+* `sampled` (the default; torchvision's and mmdetection v1's): the sampled RoIs, 512 per image
+  with at most 25 % positives (`BalancedPositiveNegativeSampler`; mmdetection's RandomSampler
+  `num=512, pos_fraction=0.25, add_gt_as_proposals=True`), the same RoIs as the box loss.
+* `all_proposals`: the classifier loss sees every RoI of every image, the RPN's post-NMS
+  proposals followed by the image's ground-truth boxes (mmdetection's `add_gt_as_proposals`),
   each labelled by the same matcher (IoU >= 0.5 with a ground-truth box: its class, else
-  background: mmdetection v1's rcnn assigner ``pos_iou_thr=neg_iou_thr=min_pos_iou=0.5``). The
+  background: mmdetection v1's rcnn assigner `pos_iou_thr=neg_iou_thr=min_pos_iou=0.5`). The
   box head and predictor run on all of them; the box-regression loss is still computed on the
-  sampled subset drawn exactly as in ``sampled`` (the same sampler, the same draws from the global
-  generator) and divided by its size, so that term is the one of ``sampled``. This is the paper
+  sampled subset drawn exactly as in `sampled` (the same sampler, the same draws from the global
+  generator) and divided by its size, so that term is the one of `sampled`. This is the paper
   profile's reading of Sec. 5.3, an inference and not a stated setting: the paper times the AP
   loss "for sequences with 320k elements as in the object detection experiments"; batch 8 x 2000
-  post-NMS proposals (mmdetection v1 VOC ``rpn_proposal max_num=2000``) x 20 classes is 320,000
+  post-NMS proposals (mmdetection v1 VOC `rpn_proposal max_num=2000`) x 20 classes is 320,000
   exactly, while the sampled RoIs give 8 x 512 x 20 = 81,920. The authors' detection code is not
   public. Under DDP the rank loss gathers these RoIs of every process as it gathers the sampled
-  ones (:mod:`rambo.detection.distributed`; the counts differ per process).
+  ones ([`rambo.detection.distributed`][rambo.detection.distributed]; the counts differ per process).
 
 Under DDP every term is the global batch's: the rank loss ranks every process's RoIs, and the
 box-regression and cross-entropy terms divide the sum over every process's RoIs by their number
-(:func:`rambo.detection.distributed.global_mean`), so several processes give one process's loss
-and parameter gradients whatever the number of images and RoIs each holds.
+([`rambo.detection.distributed.global_mean`][rambo.detection.distributed.global_mean]), so several processes give one
+process's loss and parameter gradients whatever the number of images and RoIs each holds.
 
-Under bfloat16 autocast (``precision: bfloat16``, :mod:`rambo.harness.precision`) the classifier's
+Under bfloat16 autocast (`precision: bfloat16`, [`rambo.harness.precision`][rambo.harness.precision]) the classifier's
 logits and box regression are cast to float32 where they leave the predictor (a float64 model's
 stay float64 in training), and the losses run outside autocast (whose matrix products would
 otherwise compute in bf16 again): the rank loss never ranks bf16 scores, and detections are scored
@@ -60,7 +60,7 @@ TORCHVISION_BOX_BETA = 1.0 / 9.0  # torchvision fastrcnn_loss; mmdetection v1's 
 
 
 def at_least_float32(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` in float32 when it is of a narrower type (bfloat16 under autocast), else itself
+    """`tensor` in float32 when it is of a narrower type (bfloat16 under autocast), else itself
     (float64 stays float64)."""
     return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
 
@@ -68,11 +68,11 @@ def at_least_float32(tensor: torch.Tensor) -> torch.Tensor:
 def box_regression_loss(
     box_regression: torch.Tensor, labels: torch.Tensor, regression_targets: torch.Tensor, beta: float
 ) -> torch.Tensor:
-    """``box_regression [N, 4 (C+1)]``, ``labels [N]`` (0 background), ``regression_targets [N, 4]`` ->
-    ``sum over positive RoIs i of smooth_l1_beta(box_regression[i, labels[i]] - target_i) / N``
+    """`box_regression [N, 4 (C+1)]`, `labels [N]` (0 background), `regression_targets [N, 4]` ->
+    `sum over positive RoIs i of smooth_l1_beta(box_regression[i, labels[i]] - target_i) / N`
     (module docstring). Fixed shapes, no host read: every RoI's own-class prediction is gathered and
     the background rows are masked out. Under DDP the sum and N are those of every process's RoIs
-    (:func:`rambo.detection.distributed.global_mean`; a collective)."""
+    ([`rambo.detection.distributed.global_mean`][rambo.detection.distributed.global_mean]; a collective)."""
     count = labels.numel()
     predicted = box_regression.reshape(count, -1, 4)
     predicted = predicted.gather(1, labels.long().view(count, 1, 1).expand(count, 1, 4)).squeeze(1)
@@ -84,10 +84,12 @@ def box_regression_loss(
 
 
 class CrossEntropyClassifierLoss(torch.nn.Module):
-    """The baseline: softmax cross-entropy over C + 1 columns, ``loss(class_logits [N, C+1], labels [N])``,
-    the mean over the RoIs; under DDP over every process's RoIs (:func:`rambo.detection.distributed.global_mean`).
+    """The baseline: softmax cross-entropy over C + 1 columns, `loss(class_logits [N, C+1], labels [N])`,
+    the mean over the RoIs; under DDP over every process's RoIs
+    ([`rambo.detection.distributed.global_mean`][rambo.detection.distributed.global_mean]).
 
-    ``num_classes`` (C, optional) checks the logits' width, as :class:`RankClassifierLoss` does.
+    `num_classes` (C, optional) checks the logits' width, as
+    [`RankClassifierLoss`][rambo.detection.rank_classifier_loss.RankClassifierLoss] does.
     """
 
     def __init__(self, num_classes: int | None = None):
@@ -103,18 +105,18 @@ class CrossEntropyClassifierLoss(torch.nn.Module):
 
 
 class ConfigurableLossRoIHeads(RoIHeads):
-    """``RoIHeads`` with ``classifier_loss(class_logits [N, C+1], labels [N])`` in place of CE.
+    """`RoIHeads` with `classifier_loss(class_logits [N, C+1], labels [N])` in place of CE.
 
-    Takes ``RoIHeads``' arguments plus ``classifier_loss``, ``box_smooth_l1_beta`` (the box loss's
-    beta, torchvision's 1/9 unless given; the configs give mmdetection's 1.0) and ``score_function``:
+    Takes `RoIHeads`' arguments plus `classifier_loss`, `box_smooth_l1_beta` (the box loss's
+    beta, torchvision's 1/9 unless given; the configs give mmdetection's 1.0) and `score_function`:
 
-    * ``softmax``: torchvision's post-processing (softmax over C + 1 columns, ``score_thresh``).
-    * ``logit``: detections ranked by the object-class logits, the scores a rank loss trains. A
+    * `softmax`: torchvision's post-processing (softmax over C + 1 columns, `score_thresh`).
+    * `logit`: detections ranked by the object-class logits, the scores a rank loss trains. A
       rank loss fixes the order of scores, not their level, so no score threshold is applied;
-      the ``candidates_per_image`` best (box, class) pairs go to NMS instead. Output ``scores``
+      the `candidates_per_image` best (box, class) pairs go to NMS instead. Output `scores`
       are these logits (a sigmoid would keep the order but tie saturated values in float32).
 
-    ``classifier_rois``: ``sampled`` (default) or ``all_proposals``, the RoIs the classifier loss
+    `classifier_rois`: `sampled` (default) or `all_proposals`, the RoIs the classifier loss
     is computed on in training (module docstring); inference is the same in both.
 
     Masks and keypoints are not supported.
@@ -152,7 +154,7 @@ class ConfigurableLossRoIHeads(RoIHeads):
         self.candidates_per_image = int(candidates_per_image)
 
     def postprocess_detections(self, class_logits, box_regression, proposals, image_shapes):
-        """``class_logits [R, C+1]``, ``box_regression [R, 4 (C+1)]`` -> per image boxes, scores, labels
+        """`class_logits [R, C+1]`, `box_regression [R, 4 (C+1)]` -> per image boxes, scores, labels
         (in float32, also under bfloat16 autocast)."""
         class_logits, box_regression = class_logits.float(), box_regression.float()
         if self.score_function == "softmax":
@@ -195,12 +197,12 @@ class ConfigurableLossRoIHeads(RoIHeads):
         return [], {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg}
 
     def label_all_proposals(self, proposals, targets):
-        """Every RoI of every image with its label and the sampled subset (``classifier_rois=all_proposals``).
+        """Every RoI of every image with its label and the sampled subset (`classifier_rois=all_proposals`).
 
-        Returns ``rois`` (per image: its proposals, then its ground-truth boxes), ``labels`` (per
-        image ``[R_i]``: the matched ground truth's class at IoU >= 0.5, else 0), ``sampled`` (per
-        image, the sorted indices into ``rois`` that :meth:`select_training_samples` would keep:
-        the same sampler and the same draws) and ``regression_targets`` (per image, of the sampled
+        Returns `rois` (per image: its proposals, then its ground-truth boxes), `labels` (per
+        image `[R_i]`: the matched ground truth's class at IoU >= 0.5, else 0), `sampled` (per
+        image, the sorted indices into `rois` that `select_training_samples` would keep:
+        the same sampler and the same draws) and `regression_targets` (per image, of the sampled
         RoIs only)."""
         self.check_targets(targets)
         dtype = proposals[0].dtype
@@ -217,7 +219,7 @@ class ConfigurableLossRoIHeads(RoIHeads):
         return rois, labels, sampled, regression_targets
 
     def _all_proposals_losses(self, features, proposals, image_shapes, targets):
-        """The training losses with ``classifier_rois=all_proposals`` (module docstring)."""
+        """The training losses with `classifier_rois=all_proposals` (module docstring)."""
         rois, labels, sampled, regression_targets = self.label_all_proposals(proposals, targets)
         box_features = self.box_head(self.box_roi_pool(features, rois, image_shapes))
         class_logits, box_regression = (at_least_float32(output) for output in self.box_predictor(box_features))

@@ -1,35 +1,35 @@
-"""The region proposal network with mmdetection v1's ``allowed_border``: anchors that cross the
+"""The region proposal network with mmdetection v1's `allowed_border`: anchors that cross the
 image border take no part in the RPN's training losses.
 
-mmdetection v1's VOC recipe (``train_cfg.rpn.allowed_border=0``; ``mmdet/core/anchor/anchor_target.py``)
-assigns and samples only the anchors inside the image: an anchor ``(x1, y1, x2, y2)`` is left out
+mmdetection v1's VOC recipe (`train_cfg.rpn.allowed_border=0`; `mmdet/core/anchor/anchor_target.py`)
+assigns and samples only the anchors inside the image: an anchor `(x1, y1, x2, y2)` is left out
 (label weight 0 in the objectness and the box loss) when
 
     x1 < -b  or  y1 < -b  or  x2 >= w + b  or  y2 >= h + b,
 
-with ``b = allowed_border`` and ``(h, w)`` the image's own size after resizing, before the batch
-is padded; a negative ``b`` disables the check. torchvision's ``RegionProposalNetwork`` keeps
-every anchor. :class:`BorderAwareRPN` subclasses it and changes only the target assignment: the
-anchors of each image are matched to its ground truth among the inside anchors alone (so also the
+with `b = allowed_border` and `(h, w)` the image's own size after resizing, before the batch
+is padded; a negative `b` disables the check. torchvision's `RegionProposalNetwork` keeps
+every anchor. [`BorderAwareRPN`][rambo.detection.rpn.BorderAwareRPN] subclasses it and changes only the target
+assignment: the anchors of each image are matched to its ground truth among the inside anchors alone (so also the
 "best anchor of each ground-truth box" rule, torchvision's low-quality matches and mmdetection's
-``min_pos_iou``, picks an inside anchor, as mmdetection assigns only those), and every crossing
+`min_pos_iou`, picks an inside anchor, as mmdetection assigns only those), and every crossing
 anchor gets label -1, which torchvision's sampler never draws: it is neither a positive nor a
 negative, enters neither loss nor their normaliser (the number of sampled anchors). The size is
-``ImageList.image_sizes`` of each image, not the padded batch's. Proposals, inference and the
+`ImageList.image_sizes` of each image, not the padded batch's. Proposals, inference and the
 losses' formulas are the parent's; nothing in torchvision is patched.
 
-The comparison is mmdetection's as written (``x2 >= w`` crosses). mmdetection v1 writes boxes in
-pixel-index coordinates (width ``x2 - x1 + 1``) and torchvision in continuous ones (width
-``x2 - x1``), and their anchor grids differ anyway (torchvision centres anchors on ``stride * i``,
-mmdetection v1 on ``stride * i + (stride - 1) / 2``), so the rule is applied to torchvision's
+The comparison is mmdetection's as written (`x2 >= w` crosses). mmdetection v1 writes boxes in
+pixel-index coordinates (width `x2 - x1 + 1`) and torchvision in continuous ones (width
+`x2 - x1`), and their anchor grids differ anyway (torchvision centres anchors on `stride * i`,
+mmdetection v1 on `stride * i + (stride - 1) / 2`), so the rule is applied to torchvision's
 anchors without translating that half-pixel convention.
 
-``allowed_border=None`` keeps every anchor (torchvision's behaviour, exactly the parent's).
+`allowed_border=None` keeps every anchor (torchvision's behaviour, exactly the parent's).
 
 Under DDP the two losses are the global batch's: the objectness loss is the mean over the sampled
 anchors of every process's images and the box loss their sum over the positive ones divided by that
-same global number (:func:`rambo.detection.distributed.global_mean`), so several processes give one
-process's losses and parameter gradients. In a single process they are the parent's.
+same global number ([`rambo.detection.distributed.global_mean`][rambo.detection.distributed.global_mean]), so several
+processes give one process's losses and parameter gradients. In a single process they are the parent's.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ RPN_BOX_BETA = 1.0 / 9.0  # the parent's smooth-L1 beta of the RPN box loss
 
 
 def anchors_inside(anchors: torch.Tensor, image_size: tuple[int, int], allowed_border: int) -> torch.Tensor:
-    """``anchors [A, 4]`` (x1, y1, x2, y2) of an image of ``image_size = (h, w)`` -> ``[A]`` bool:
-    the anchor lies within ``allowed_border`` pixels of the image (module docstring)."""
+    """`anchors [A, 4]` (x1, y1, x2, y2) of an image of `image_size = (h, w)` -> `[A]` bool:
+    the anchor lies within `allowed_border` pixels of the image (module docstring)."""
     height, width = image_size
     border = float(allowed_border)
     return (
@@ -57,9 +57,9 @@ def anchors_inside(anchors: torch.Tensor, image_size: tuple[int, int], allowed_b
 
 
 class BorderAwareRPN(RegionProposalNetwork):
-    """``RegionProposalNetwork`` whose training targets ignore anchors crossing the image border.
+    """`RegionProposalNetwork` whose training targets ignore anchors crossing the image border.
 
-    Takes the parent's arguments plus ``allowed_border``: an int >= 0 (mmdetection v1's VOC recipe:
+    Takes the parent's arguments plus `allowed_border`: an int >= 0 (mmdetection v1's VOC recipe:
     0), or None to keep every anchor as torchvision does. A negative value is mmdetection's way to
     disable the check; here that is None (a negative int is refused, to keep one spelling)."""
 
@@ -109,9 +109,9 @@ class BorderAwareRPN(RegionProposalNetwork):
 
     def compute_loss(self, objectness, pred_bbox_deltas, labels, regression_targets):
         """The parent's two losses; under DDP over the sampled anchors of every process (module docstring):
-        ``objectness [A, 1]``, ``pred_bbox_deltas [A, 4]`` (every image's anchors), per image
-        ``labels [A_i]`` (1, 0 or -1: ignored) and ``regression_targets [A_i, 4]`` ->
-        ``(objectness loss, box loss)``."""
+        `objectness [A, 1]`, `pred_bbox_deltas [A, 4]` (every image's anchors), per image
+        `labels [A_i]` (1, 0 or -1: ignored) and `regression_targets [A_i, 4]` ->
+        `(objectness loss, box loss)`."""
         if world_size() == 1:
             return super().compute_loss(objectness, pred_bbox_deltas, labels, regression_targets)
         positive, negative = (torch.cat(masks).bool() for masks in self.fg_bg_sampler(labels))

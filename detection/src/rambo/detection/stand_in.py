@@ -1,34 +1,34 @@
-"""Small stand-ins of the Pascal VOC downloads, in their tar format and ``VOCdevkit`` layout.
+"""Small stand-ins of the Pascal VOC downloads, in their tar format and `VOCdevkit` layout.
 
-``write_archives(out_dir, seed=0)`` writes the three tars of :data:`rambo.detection.download.ARCHIVES`
-(``VOCtrainval_06-Nov-2007.tar``, ``VOCtest_06-Nov-2007.tar``, ``VOCtrainval_11-May-2012.tar``),
-each small, so that a smoke test (CI) can run the real path from ``file://`` URLs: MD5 check,
-extraction (both 2007 tars fill ``VOCdevkit/VOC2007``, with no file in common), the VOC parser and
+`write_archives(out_dir, seed=0)` writes the three tars of `rambo.detection.download.ARCHIVES`
+(`VOCtrainval_06-Nov-2007.tar`, `VOCtest_06-Nov-2007.tar`, `VOCtrainval_11-May-2012.tar`),
+each small, so that a smoke test (CI) can run the real path from `file://` URLs: MD5 check,
+extraction (both 2007 tars fill `VOCdevkit/VOC2007`, with no file in common), the VOC parser and
 training. Members, as in the real tars:
 
-* ``VOCdevkit/VOC<year>/Annotations/<id>.xml``: the VOC XML of that year (2007: ``folder``,
-  ``filename``, ``source``, ``owner``, ``size``, ``segmented``, objects with ``name``, ``pose``,
-  ``truncated``, ``difficult``, 1-based inclusive ``bndbox``; 2012: the same fields in the
-  alphabetical order of the 2008+ files, with ``occluded``), the 20 real class names;
-* ``VOCdevkit/VOC<year>/JPEGImages/<id>.jpg``: 128 x 96 px (landscape, as most VOC photos);
-* ``VOCdevkit/VOC<year>/ImageSets/Main/``: ``train.txt``, ``val.txt``, ``trainval.txt`` (trainval
-  tars) or ``test.txt`` (2007 test tar), and ``<class>_<set>.txt`` with the real ``id  1`` / ``id -1``
-  / ``id  0`` (present, absent, only difficult) rows.
+* `VOCdevkit/VOC<year>/Annotations/<id>.xml`: the VOC XML of that year (2007: `folder`,
+  `filename`, `source`, `owner`, `size`, `segmented`, objects with `name`, `pose`,
+  `truncated`, `difficult`, 1-based inclusive `bndbox`; 2012: the same fields in the
+  alphabetical order of the 2008+ files, with `occluded`), the 20 real class names;
+* `VOCdevkit/VOC<year>/JPEGImages/<id>.jpg`: 128 x 96 px (landscape, as most VOC photos);
+* `VOCdevkit/VOC<year>/ImageSets/Main/`: `train.txt`, `val.txt`, `trainval.txt` (trainval
+  tars) or `test.txt` (2007 test tar), and `<class>_<set>.txt` with the real `id  1` / `id -1`
+  / `id  0` (present, absent, only difficult) rows.
 
-Image ids follow the real numbering: 2007 trainval ``000005, 000007, ...`` and test ``000001,
-000002, ...`` (one sequence, interleaved), 2012 ``2008_000002, ...``. Sizes: 8 trainval + 6 test
+Image ids follow the real numbering: 2007 trainval `000005, 000007, ...` and test `000001,
+000002, ...` (one sequence, interleaved), 2012 `2008_000002, ...`. Sizes: 8 trainval + 6 test
 images in 2007, 6 trainval images in 2012, each with 1-3 objects. Objects are drawn with the
-embedded synthetic set's shapes and textures (:mod:`rambo.detection.synthetic`; VOC class ``c`` looks
-like its synthetic class ``c``), so boxes are learnable. Every split has truncated objects (cut by the
+embedded synthetic set's shapes and textures ([`rambo.detection.synthetic`][rambo.detection.synthetic]; VOC class `c`
+looks like its synthetic class `c`), so boxes are learnable. Every split has truncated objects (cut by the
 image border, box clipped) and difficult ones (tiny, or mostly occluded), and every image at least
 one object that is neither.
 
-Everything comes from ``numpy.random.default_rng([seed, year, image number])``; the tars are GNU
+Everything comes from `numpy.random.default_rng([seed, year, image number])`; the tars are GNU
 tars with fixed times, owner and permissions and sorted members (folders before their contents):
 the same seed gives the same bytes, hence the same MD5 (with the same Pillow build, whose JPEG
 encoder decides the image bytes).
 
-CLI: ``python -m rambo.detection.stand_in OUT_DIR [--seed N]`` prints the paths written.
+CLI: `python -m rambo.detection.stand_in OUT_DIR [--seed N]` prints the paths written.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ STAND_INS: dict[str, StandIn] = {
 
 @dataclass
 class VOCObject:
-    """An annotated object: class index into ``VOC_CLASSES``, 1-based inclusive box and flags."""
+    """An annotated object: class index into `VOC_CLASSES`, 1-based inclusive box and flags."""
 
     label: int
     box: tuple[int, int, int, int]
@@ -108,12 +108,12 @@ def _box_from_mask(mask: np.ndarray) -> tuple[int, int, int, int] | None:
 def render_image(
     rng: np.random.Generator, size: tuple[int, int] = IMAGE_SIZE, truncated: bool = False, small: bool = False
 ):
-    """One image and its objects: ``(PIL image, [VOCObject])``.
+    """One image and its objects: `(PIL image, [VOCObject])`.
 
-    1-3 objects of 36-60 px (VOC class ``c`` drawn as the synthetic set's class ``c``); with
-    ``truncated`` 2-3, the first of which hangs over the left or right border; with ``small`` a last,
+    1-3 objects of 36-60 px (VOC class `c` drawn as the synthetic set's class `c`); with
+    `truncated` 2-3, the first of which hangs over the left or right border; with `small` a last,
     tiny (difficult) object is added. An object is difficult when its visible box is under
-    ``DIFFICULT_SIDE`` px or more than ``OCCLUDED_DIFFICULT`` of it is hidden by later ones; one
+    `DIFFICULT_SIDE` px or more than `OCCLUDED_DIFFICULT` of it is hidden by later ones; one
     that is entirely hidden or outside is not annotated.
     """
     width, height = size
@@ -162,8 +162,8 @@ def render_image(
 
 
 def _draw(rng: np.random.Generator, truncated: bool, small: bool):
-    """:func:`render_image`, drawn again (same stream, so still deterministic) until the image has a
-    plain object (neither truncated nor difficult) and the truncated / difficult one asked for."""
+    """[`render_image`][rambo.detection.stand_in.render_image], drawn again (same stream, so still deterministic) until
+    the image has a plain object (neither truncated nor difficult) and the truncated / difficult one asked for."""
     for _ in range(100):
         image, objects = render_image(rng, IMAGE_SIZE, truncated=truncated, small=small)
         if (
@@ -183,7 +183,7 @@ def _element(parent: ET.Element, tag: str, text=None) -> ET.Element:
 
 
 def annotation_xml(year: int, image_id: str, size: tuple[int, int], objects: list[VOCObject], flickr_id: int) -> bytes:
-    """The ``Annotations/<id>.xml`` of ``year``'s format: tab-indented, no XML declaration."""
+    """The `Annotations/<id>.xml` of `year`'s format: tab-indented, no XML declaration."""
     width, height = size
     root = ET.Element("annotation")
     if year == 2007:
@@ -240,7 +240,7 @@ def _image_number(image_id: str) -> int:
 
 
 def voc_files(name: str, seed: int = 0) -> dict[str, bytes]:
-    """The members of stand-in tar ``name`` (a key of :data:`STAND_INS`), path -> bytes."""
+    """The members of stand-in tar `name` (a key of `STAND_INS`), path -> bytes."""
     spec = STAND_INS[name]
     folder = f"VOCdevkit/VOC{spec.year}"
     files: dict[str, bytes] = {}
@@ -273,10 +273,10 @@ def voc_files(name: str, seed: int = 0) -> dict[str, bytes]:
 
 
 def write_archives(out_dir: Path | str, seed: int = 0) -> list[Path]:
-    """Write the stand-in of every tar of :data:`~rambo.detection.download.ARCHIVES` into ``out_dir``.
+    """Write the stand-in of every tar of `ARCHIVES` into `out_dir`.
 
     Returns their paths, in the table's order. Each is written atomically; existing files of those
-    names are replaced. Same ``seed``, same bytes.
+    names are replaced. Same `seed`, same bytes.
     """
     if int(seed) != seed or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed}")

@@ -1,14 +1,14 @@
 """An embedded synthetic detection dataset written in the Pascal VOC layout.
 
-``python -m rambo.detection.synthetic ROOT --seed 0`` writes ``ROOT/Annotations/*.xml``,
-``ROOT/JPEGImages/*.jpg`` and ``ROOT/ImageSets/Main/{trainval,test}.txt`` (plus ``classes.txt``),
+`python -m rambo.detection.synthetic ROOT --seed 0` writes `ROOT/Annotations/*.xml`,
+`ROOT/JPEGImages/*.jpg` and `ROOT/ImageSets/Main/{trainval,test}.txt` (plus `classes.txt`),
 so the VOC parser and evaluator are what read and score it.
 
 Twenty object classes, each a distinct (shape, colour, texture) triple, are drawn on cluttered
 backgrounds (a colour gradient, noise and random distractor strokes that belong to no class).
 Every image holds several objects of random size and aspect jitter; objects may overlap (a later
 one occludes an earlier one). As in VOC, an object is marked *difficult* when it is tiny or mostly
-occluded. Everything is a function of the seed (numpy ``default_rng``), so the files are identical
+occluded. Everything is a function of the seed (numpy `default_rng`), so the files are identical
 on every machine.
 """
 
@@ -106,7 +106,7 @@ def _polygon(shape: str, box) -> list[tuple[float, float]] | None:
 
 
 def shape_mask(shape: str, box, size: tuple[int, int]) -> Image.Image:
-    """A binary ``L`` mask of ``shape`` filling ``box`` (x1, y1, x2, y2) in an image of ``size``."""
+    """A binary `L` mask of `shape` filling `box` (x1, y1, x2, y2) in an image of `size`."""
     mask = Image.new("L", size, 0)
     draw = ImageDraw.Draw(mask)
     x1, y1, x2, y2 = box
@@ -135,7 +135,7 @@ def shape_mask(shape: str, box, size: tuple[int, int]) -> Image.Image:
 
 
 def texture(kind: str, colour, size: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
-    """``[H, W, 3]`` uint8 fill: solid, diagonal stripes or checker in ``colour`` and a dark shade of it."""
+    """`[H, W, 3]` uint8 fill: solid, diagonal stripes or checker in `colour` and a dark shade of it."""
     width, height = size
     base = np.asarray(colour, dtype=np.float32)
     brightness = rng.uniform(0.8, 1.1)
@@ -179,7 +179,7 @@ def cluttered_background(size: tuple[int, int], rng: np.random.Generator) -> Ima
 
 
 def render_image(rng: np.random.Generator, image_size: int, max_objects: int = 5):
-    """One image and its objects ``[(class_index, (xmin, ymin, xmax, ymax) 1-based inclusive, difficult)]``."""
+    """One image and its objects `[(class_index, (xmin, ymin, xmax, ymax) 1-based inclusive, difficult)]`."""
     size = (image_size, image_size)
     image = cluttered_background(size, rng)
     placed = []  # (class_index, box, visible mask as bool array)
@@ -234,7 +234,7 @@ def annotation_xml(image_id: str, image_size: int, objects) -> ET.ElementTree:
 def generate(
     root: str | Path, seed: int = 0, num_trainval: int = 160, num_test: int = 80, image_size: int = 96
 ) -> Path:
-    """Write the dataset under ``root`` (a VOC folder) and return it. Same seed, same files."""
+    """Write the dataset under `root` (a VOC folder) and return it. Same seed, same files."""
     if num_trainval < 1 or num_test < 1:
         raise ValueError(f"need at least one trainval and one test image, got {num_trainval} and {num_test}")
     if image_size < 4 * DIFFICULT_SIDE:

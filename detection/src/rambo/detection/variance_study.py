@@ -2,26 +2,26 @@
 
     python -m rambo.detection.variance_study --work build/detection_variance --seeds 4 --jobs 2
 
-Trains, with the real training app (``python -m rambo.detection.train``, one subprocess per run),
-the mini's CE warm start for each of ``--seeds`` seeds, then the two rows compared by the Table 5
-claim (``mini_ce`` and ``mini_rambo``, or ``--rows``) in three designs of (row seed, warm-start
+Trains, with the real training app (`python -m rambo.detection.train`, one subprocess per run),
+the mini's CE warm start for each of `--seeds` seeds, then the two rows compared by the Table 5
+claim (`mini_ce` and `mini_rambo`, or `--rows`) in three designs of (row seed, warm-start
 seed) pairs:
 
-* ``pipeline``: row seed = warm-start seed (what ``make reproduce`` runs), seeds 0..n-1;
-* ``row_seed``: warm start 0, row seeds 0..n-1 (the row seed draws the data order, the flips and the
+* `pipeline`: row seed = warm-start seed (what `make reproduce` runs), seeds 0..n-1;
+* `row_seed`: warm start 0, row seeds 0..n-1 (the row seed draws the data order, the flips and the
   RoI sampler's draws);
-* ``warm_start``: row seed 0, warm starts 0..n-1.
+* `warm_start`: row seed 0, warm starts 0..n-1.
 
 The training set is the mini's (the synthetic set's 160 trainval images, generator seed 0); the
 test split is generated larger with the same seed: the generator draws trainval first, so its first
-80 test images are the mini's test set (``mini_test``, what each run's own ``metrics.json`` scores)
-and the next ``--extra-test`` are new (``extra_test``). Every trained row is evaluated on
-``extra_test`` (:mod:`.evaluation_sampling`): AP50 on all of it, on its disjoint 80-image parts
-(independent test sets of the mini's size) and by bootstrap. The report (``variance.json``,
-``variance.md`` in ``--work``) gives each source's standard deviation of AP50 and of the
+80 test images are the mini's test set (`mini_test`, what each run's own `metrics.json` scores)
+and the next `--extra-test` are new (`extra_test`). Every trained row is evaluated on
+`extra_test` ([`evaluation_sampling`][rambo.detection.evaluation_sampling]): AP50 on all of it, on its disjoint 80-image
+parts (independent test sets of the mini's size) and by bootstrap. The report (`variance.json`,
+`variance.md` in `--work`) gives each source's standard deviation of AP50 and of the
 RaMBO-minus-CE difference paired by (row seed, warm start) and by test images, and the seeds a
-+-2-point 95% interval would need at each size. Runs trained to the end are reused (their ``metrics.json``), as are their scores
-(``extra_test.json``); a run cut short resumes (``resume=auto``).
++-2-point 95% interval would need at each size. Runs trained to the end are reused (their `metrics.json`), as are their
+scores (`extra_test.json`); a run cut short resumes (`resume=auto`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ MINI_TEST = 80  # the mini's test images (data/synthetic.yaml generate.test)
 
 
 def designs(seeds: int) -> dict[str, list[tuple[int, int]]]:
-    """``design -> [(row seed, warm-start seed)]`` (see the module docstring)."""
+    """`design -> [(row seed, warm-start seed)]` (see the module docstring)."""
     return {
         "pipeline": [(s, s) for s in range(seeds)],
         "row_seed": [(s, 0) for s in range(seeds)],
@@ -62,7 +62,7 @@ def designs(seeds: int) -> dict[str, list[tuple[int, int]]]:
 
 
 def prepare(work: Path, extra: int) -> Path:
-    """The mini's synthetic set with ``extra`` more test images, and the two test lists."""
+    """The mini's synthetic set with `extra` more test images, and the two test lists."""
     data_dir = work / "data"
     root = data_dir / "synthetic"
     if not (root / "ImageSets" / "Main" / "extra_test.txt").is_file():
@@ -80,7 +80,7 @@ STUDIED_SCHEDULE = ("schedule.epochs=4", "schedule.steps=[3]")
 
 
 def studied(overrides: list[str]) -> list[str]:
-    """``overrides`` after :data:`STUDIED_SCHEDULE`, less the schedule keys that ``overrides`` sets itself."""
+    """`overrides` after `STUDIED_SCHEDULE`, less the schedule keys that `overrides` sets itself."""
     keys = {o.split("=", 1)[0] for o in overrides}
     return [o for o in STUDIED_SCHEDULE if o.split("=", 1)[0] not in keys] + list(overrides)
 
@@ -98,7 +98,7 @@ def train(
     overrides: list[str],
     folder: Path | None = None,
 ) -> Path:
-    """One run of the training app (its log beside it), in ``folder`` (default :func:`run_folder`); returns it."""
+    """One run of the training app (its log beside it), in `folder` (default `run_folder`); returns it."""
     folder = folder or run_folder(work, experiment, seed, warm)
     if (folder / "metrics.json").is_file():  # trained to the end by an earlier invocation of the study
         return folder
@@ -136,9 +136,9 @@ def trained_detector(folder: Path):
 
 
 def extra_test_maps(folder: Path, data_dir: Path, draws: int) -> dict:
-    """AP50 of a trained row on ``extra_test``: all of it, its disjoint mini-sized parts, bootstrap.
+    """AP50 of a trained row on `extra_test`: all of it, its disjoint mini-sized parts, bootstrap.
 
-    Kept beside the run (``extra_test.json``), so a rerun of the study reads it instead of evaluating again."""
+    Kept beside the run (`extra_test.json`), so a rerun of the study reads it instead of evaluating again."""
     cached = folder / "extra_test.json"
     if cached.is_file():
         return json.loads(cached.read_text())

@@ -1,12 +1,12 @@
-"""Pascal VOC in its official layout: ``Annotations/*.xml``, ``JPEGImages/``, ``ImageSets/Main/*.txt``.
+"""Pascal VOC in its official layout: `Annotations/*.xml`, `JPEGImages/`, `ImageSets/Main/*.txt`.
 
-The XML is parsed here rather than through ``torchvision.datasets.VOCDetection`` because its v2
-wrapper drops the ``difficult`` flag, which the VOC protocol needs: difficult objects are kept out
+The XML is parsed here rather than through `torchvision.datasets.VOCDetection` because its v2
+wrapper drops the `difficult` flag, which the VOC protocol needs: difficult objects are kept out
 of the training targets and ignored (neither true nor false positives) in evaluation.
 
-Images are read as RGB values with :func:`rambo.harness.images.rgb_image` (16-bit grayscale scaled
-to 8 bits; integer and floating-point images refused); one that cannot be read is an
-:class:`~rambo.harness.images.UnreadableImage` naming its file.
+Images are read as RGB values with [`rambo.harness.images.rgb_image`][rambo.harness.images.rgb_image] (16-bit grayscale
+scaled to 8 bits; integer and floating-point images refused); one that cannot be read is an
+[`UnreadableImage`][rambo.harness.images.UnreadableImage] naming its file.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ VOC_CLASSES = (
 
 @dataclass
 class VOCAnnotation:
-    """One image's annotation: ``boxes [K, 4]`` (x1, y1, x2, y2 in pixels), class names, difficult flags."""
+    """One image's annotation: `boxes [K, 4]` (x1, y1, x2, y2 in pixels), class names, difficult flags."""
 
     image_id: str
     filename: str
@@ -66,11 +66,11 @@ def _text(node: ET.Element, tag: str, path: Path) -> str:
 
 
 def parse_annotation(path: str | Path) -> VOCAnnotation:
-    """Read one ``Annotations/<id>.xml``.
+    """Read one `Annotations/<id>.xml`.
 
     VOC boxes are 1-based inclusive pixel indices; they are returned as continuous corners
-    ``(xmin - 1, ymin - 1, xmax, ymax)`` so that a box of one pixel has width 1, which is what
-    torchvision's detector and the IoU below assume. A missing ``<difficult>`` means 0 (VOC 2012
+    `(xmin - 1, ymin - 1, xmax, ymax)` so that a box of one pixel has width 1, which is what
+    torchvision's detector and the IoU below assume. A missing `<difficult>` means 0 (VOC 2012
     omits it for some objects).
     """
     path = Path(path)
@@ -105,7 +105,7 @@ def parse_annotation(path: str | Path) -> VOCAnnotation:
 
 
 def read_image_set(root: str | Path, image_set: str) -> list[str]:
-    """Image ids listed in ``ROOT/ImageSets/Main/<image_set>.txt`` (e.g. ``trainval``, ``test``)."""
+    """Image ids listed in `ROOT/ImageSets/Main/<image_set>.txt` (e.g. `trainval`, `test`)."""
     root = Path(root)
     path = root / "ImageSets" / "Main" / f"{image_set}.txt"
     if not path.is_file():
@@ -122,15 +122,15 @@ class VOCDetectionDataset(torch.utils.data.Dataset):
     """Images and targets for torchvision's detectors from one or more VOC folders.
 
     Args:
-        roots: VOC folders (``VOCdevkit/VOC2007``, ...); several make e.g. the 07+12 trainval set.
-        image_set: the ``ImageSets/Main`` list to read in every root.
-        classes: class names; label ``c + 1`` is ``classes[c]`` (torchvision keeps 0 for background).
+        roots: VOC folders (`VOCdevkit/VOC2007`, ...); several make e.g. the 07+12 trainval set.
+        image_set: the `ImageSets/Main` list to read in every root.
+        classes: class names; label `c + 1` is `classes[c]` (torchvision keeps 0 for background).
         train: when True, difficult objects are left out of the targets (VOC protocol); in
             evaluation they stay, flagged, so that the evaluator can ignore them.
-        max_images: keep only the first ``max_images`` ids (tiny profiles); None keeps all.
+        max_images: keep only the first `max_images` ids (tiny profiles); None keeps all.
 
-    Item: ``(image [3, H, W] float in [0, 1], target)`` with ``target`` holding ``boxes [K, 4]``
-    float32, ``labels [K]`` int64 in 1..C, ``difficult [K]`` bool and ``image_id`` (str).
+    Item: `(image [3, H, W] float in [0, 1], target)` with `target` holding `boxes [K, 4]`
+    float32, `labels [K]` int64 in 1..C, `difficult [K]` bool and `image_id` (str).
     """
 
     def __init__(self, roots, image_set: str, classes=VOC_CLASSES, train: bool = False, max_images: int | None = None):
@@ -151,14 +151,15 @@ class VOCDetectionDataset(torch.utils.data.Dataset):
         return len(self.items)
 
     def image_sizes(self) -> list[tuple[int, int]]:
-        """``(width, height)`` of every image from its annotation's ``<size>`` (no image decoded);
+        """`(width, height)` of every image from its annotation's `<size>` (no image decoded);
         read once, then kept."""
         if getattr(self, "_sizes", None) is None:
             self._sizes = [(a.width, a.height) for a in map(self.annotation, range(len(self)))]
         return self._sizes
 
     def aspect_ratio_groups(self) -> list[int]:
-        """mmdetection's group flag per image: 1 when width / height > 1, else 0 (:mod:`.group_sampler`)."""
+        """mmdetection's group flag per image: 1 when width / height > 1, else 0
+        ([`group_sampler`][rambo.detection.group_sampler])."""
         from .group_sampler import aspect_ratio_flags
 
         return aspect_ratio_flags(self.image_sizes())

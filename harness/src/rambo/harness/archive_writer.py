@@ -16,14 +16,14 @@ from .atomic import atomic_path
 
 
 def members(files: dict[str, bytes]) -> list[tuple[str, bytes | None]]:
-    """``files`` plus every folder above them (data ``None``), sorted so a folder precedes its contents."""
+    """`files` plus every folder above them (data `None`), sorted so a folder precedes its contents."""
     folders = {tuple(name.split("/")[:i]) for name in files for i in range(1, name.count("/") + 1)}
     entries = [(parts, None) for parts in folders] + [(tuple(name.split("/")), data) for name, data in files.items()]
     return [("/".join(parts), data) for parts, data in sorted(entries, key=lambda entry: entry[0])]
 
 
 def write_zip(path: Path, files: dict[str, bytes], date_time: tuple[int, int, int, int, int, int]) -> Path:
-    """A deflated zip of ``files`` (and their folders) with fixed times and Unix permissions."""
+    """A deflated zip of `files` (and their folders) with fixed times and Unix permissions."""
     with atomic_path(path) as partial, zipfile.ZipFile(partial, "w") as archive:
         for name, data in members(files):
             info = zipfile.ZipInfo(name if data is not None else name + "/", date_time)
@@ -61,7 +61,7 @@ def write_tar(path: Path, files: dict[str, bytes], mtime: int, gzipped: bool = F
 def stand_in_main(
     prog: str, description: str, write_archives: Callable[[Path, int], list[Path]], argv: list[str] | None = None
 ) -> int:
-    """The command line of an app's stand-in archives: ``prog OUT_DIR [--seed N]``, prints each path."""
+    """The command line of an app's stand-in archives: `prog OUT_DIR [--seed N]`, prints each path."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("out_dir", type=Path, help="folder to write the archives into (created)")
     parser.add_argument("--seed", type=int, default=0)

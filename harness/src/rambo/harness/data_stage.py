@@ -2,21 +2,22 @@
 under one data folder, where the runs will look for it.
 
 Each dataset's folder and source come from the app's own training config, composed with the same
-Hydra overrides the runs get (given after ``--``), so the data stage and the runs always agree on
-``data.root``. What to do with a dataset (generate it, or download and extract it) is the app's
-``prepare_one(name, data_config, source)``; :class:`DataStage` gives each app its ``prepare`` and
-``main`` around it, and :class:`Source` says where archives come from and where they are kept.
+Hydra overrides the runs get (given after `--`), so the data stage and the runs always agree on
+`data.root`. What to do with a dataset (generate it, or download and extract it) is the app's
+`prepare_one(name, data_config, source)`; [`DataStage`][rambo.harness.data_stage.DataStage] gives each app its `prepare`
+and `main` around it, and [`Source`][rambo.harness.data_stage.Source] says where archives come from and where they are
+kept.
 
-Before any dataset, the stage checks the pretrained weights its rows load (``--rows`` or
-``--rows-from params.yaml``): each row is composed as the runs compose it, and every file of a row
-with ``model.pretrained`` set is found (``model.weights_path``, else the torch hub cache) and its
-SHA-256 checked (:mod:`rambo.harness.weights`), so a pipeline's (or a cluster's) training jobs
+Before any dataset, the stage checks the pretrained weights its rows load (`--rows` or
+`--rows-from params.yaml`): each row is composed as the runs compose it, and every file of a row
+with `model.pretrained` set is found (`model.weights_path`, else the torch hub cache) and its
+SHA-256 checked ([`rambo.harness.weights`][rambo.harness.weights]), so a pipeline's (or a cluster's) training jobs
 never start without their weights. Rows that load none (the mini and tiny profiles) make it a no-op.
 
 After the datasets are in place, the stage reads every image of each once (the app's
-``unreadable(name, data_config, overrides)``) and lists every file that cannot be read, so that no
-training job starts on a broken dataset; ``--check`` does only that, on datasets already in place
-(a folder of yours: ``--check --data imagefolder -- data.root=DIR``).
+`unreadable(name, data_config, overrides)`) and lists every file that cannot be read, so that no
+training job starts on a broken dataset; `--check` does only that, on datasets already in place
+(a folder of yours: `--check --data imagefolder -- data.root=DIR`).
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ class PrepareError(RuntimeError):
 class Source:
     """Where a data stage gets archives, and where it keeps them.
 
-    ``verify``: check MD5s (False accepts files that have no pinned checksum); ``mirror``: a folder
-    or URL holding the archives under their official names (:mod:`rambo.harness.mirror`), used
-    instead of the official URLs; ``archive_dir``: where downloaded archives are kept (None: in the
+    `verify`: check MD5s (False accepts files that have no pinned checksum); `mirror`: a folder
+    or URL holding the archives under their official names ([`rambo.harness.mirror`][rambo.harness.mirror]), used
+    instead of the official URLs; `archive_dir`: where downloaded archives are kept (None: in the
     dataset's own folder).
     """
 
@@ -58,14 +59,14 @@ class Source:
 
 
 def compose_data(config_dir: str | Path, name: str, data_dir: str | Path, overrides: Sequence[str] = ()):
-    """The ``data`` node of the app's ``train`` config with ``data=<name>`` and ``data_dir``."""
+    """The `data` node of the app's `train` config with `data=<name>` and `data_dir`."""
     with initialize_config_dir(str(config_dir), version_base="1.3"):
         cfg = compose("train", overrides=[f"data={name}", f"data_dir={data_dir}", "output_dir=unused", *overrides])
     return cfg.data
 
 
 def compose_rows(config_dir: str | Path, rows: Sequence[str], overrides: Sequence[str] = ()) -> dict:
-    """``{row: its model node}``: the app's ``train`` config with ``experiment=<row>`` and ``overrides``."""
+    """`{row: its model node}`: the app's `train` config with `experiment=<row>` and `overrides`."""
     with initialize_config_dir(str(config_dir), version_base="1.3"):
         return {
             row: compose("train", overrides=[f"experiment={row}", *overrides, "output_dir=unused"]).model
@@ -74,8 +75,8 @@ def compose_rows(config_dir: str | Path, rows: Sequence[str], overrides: Sequenc
 
 
 def rows_of_params(path: str | Path, task: str) -> list[str]:
-    """Every row a pipeline's params file runs for ``task``: its ``experiments``, ``ablations`` and
-    ``warm_start.experiments`` (the keys dvc.yaml's stages of that task are made from)."""
+    """Every row a pipeline's params file runs for `task`: its `experiments`, `ablations` and
+    `warm_start.experiments` (the keys dvc.yaml's stages of that task are made from)."""
     node = OmegaConf.to_container(OmegaConf.load(path)).get(task)
     if not isinstance(node, dict) or "experiments" not in node:
         raise PrepareError(f"{path} has no {task}.experiments: not a pipeline params file (ablations/profiles/*.yaml)")
@@ -84,20 +85,20 @@ def rows_of_params(path: str | Path, task: str) -> list[str]:
 
 
 def seeds_of_params(path: str | Path) -> list[str]:
-    """The seeds a pipeline's params file sweeps (its ``seeds``, a comma list: ``0,1,2``); none
-    when it holds another Hydra sweep (``range(3)``), which the runs expand themselves."""
+    """The seeds a pipeline's params file sweeps (its `seeds`, a comma list: `0,1,2`); none
+    when it holds another Hydra sweep (`range(3)`), which the runs expand themselves."""
     seeds = str(OmegaConf.to_container(OmegaConf.load(path)).get("seeds", ""))
     return [] if "(" in seeds or not seeds.strip() else [seed.strip() for seed in seeds.split(",")]
 
 
 @dataclass(frozen=True)
 class DataStage:
-    """One app's data stage: its ``prepare`` (a function) and ``main`` (its command line).
+    """One app's data stage: its `prepare` (a function) and `main` (its command line).
 
-    ``prog``/``description``: the command line's name and help; ``config_dir``: the app's configs
-    (their ``train`` config composes each dataset's ``data`` node); ``choices``: the datasets it
-    knows; ``prepare_one(name, data_config, source)``: what to do with one of them. An app's
-    ``prepare`` module binds both: ``prepare, main = STAGE.prepare, STAGE.main``.
+    `prog`/`description`: the command line's name and help; `config_dir`: the app's configs
+    (their `train` config composes each dataset's `data` node); `choices`: the datasets it
+    knows; `prepare_one(name, data_config, source)`: what to do with one of them. An app's
+    `prepare` module binds both: `prepare, main = STAGE.prepare, STAGE.main`.
     """
 
     prog: str
@@ -114,8 +115,8 @@ class DataStage:
     def prepare(
         self, data_dir: str | Path, names: Sequence[str], overrides: Sequence[str] = (), source: Source = Source()
     ) -> list[Path]:
-        """``prepare_one`` for each dataset in ``names`` under ``data_dir`` (the runs' ``data_dir``,
-        composed with the runs' ``overrides``); returns the folders it put in place."""
+        """`prepare_one` for each dataset in `names` under `data_dir` (the runs' `data_dir`,
+        composed with the runs' `overrides`); returns the folders it put in place."""
         unknown = sorted(set(names) - set(self.choices))
         if unknown:
             raise ValueError(f"unknown datasets {unknown}; choose from {tuple(self.choices)}")
@@ -125,8 +126,8 @@ class DataStage:
         ]
 
     def check_images(self, data_dir: str | Path, names: Sequence[str], overrides: Sequence[str] = ()) -> list[str]:
-        """Every image of the datasets ``names`` (composed as :meth:`prepare` composes them) read
-        once; returns one line per image that cannot be read (none: all are readable)."""
+        """Every image of the datasets `names` (composed as [`prepare`][rambo.harness.data_stage.DataStage.prepare]
+        composes them) read once; returns one line per image that cannot be read (none: all are readable)."""
         if self.unreadable is None:
             return []
         lines = []
@@ -136,8 +137,8 @@ class DataStage:
         return lines
 
     def weights_files(self, rows: Sequence[str], overrides: Sequence[str] = ()) -> list[WeightsFile]:
-        """The weights files ``rows`` (composed with ``overrides``) load: one per backbone and path,
-        naming the rows that need it; none for rows with ``model.pretrained`` false."""
+        """The weights files `rows` (composed with `overrides`) load: one per backbone and path,
+        naming the rows that need it; none for rows with `model.pretrained` false."""
         needed: dict[tuple[str, Path], tuple[str, list[str]]] = {}
         for row, model in compose_rows(self.config_dir, rows, overrides).items():
             if not model.get("pretrained"):
@@ -159,12 +160,12 @@ class DataStage:
         data_dir: str | Path = "data",
         seeds: Sequence[str] = (),
     ) -> list[str]:
-        """Every problem the app's own config check (``checker``) finds in ``rows``, each composed as
-        its runs compose it (``experiment=<row>``, ``data_dir``, ``overrides``, each of ``seeds``):
+        """Every problem the app's own config check (`checker`) finds in `rows`, each composed as
+        its runs compose it (`experiment=<row>`, `data_dir`, `overrides`, each of `seeds`):
         one line per problem, naming the row. The pipeline runs this before any dataset, so a value
-        the runs would refuse stops ``dvc repro`` at the data stage, before DVC removes a training
-        stage's outputs to rerun it. What the pipeline itself makes later (``data.root``,
-        ``init_checkpoint``) is left to the runs' own check."""
+        the runs would refuse stops `dvc repro` at the data stage, before DVC removes a training
+        stage's outputs to rerun it. What the pipeline itself makes later (`data.root`,
+        `init_checkpoint`) is left to the runs' own check."""
         if self.checker is None:
             return []
         from hydra.errors import HydraException
@@ -191,8 +192,9 @@ class DataStage:
     def check_weights(
         self, rows: Sequence[str], overrides: Sequence[str] = (), sums: str | Path | None = None
     ) -> list[Path]:
-        """Check the weights ``rows`` load (:meth:`weights_files`, :func:`rambo.harness.weights.check_weights`);
-        ``sums``: a ``SHA256SUMS`` file whose hashes replace those of the files it lists."""
+        """Check the weights `rows` load ([`weights_files`][rambo.harness.data_stage.DataStage.weights_files],
+        [`rambo.harness.weights.check_weights`][rambo.harness.weights.check_weights]); `sums`: a `SHA256SUMS` file whose
+        hashes replace those of the files it lists."""
         files = self.weights_files(rows, overrides)
         if not files:
             print(f"weights: none needed (model.pretrained is false in all {len(rows)} rows)", file=sys.stderr)
@@ -201,11 +203,11 @@ class DataStage:
         return check_weights(files, table, str(sums) if sums is not None else "")
 
     def main(self, argv: Sequence[str] | None = None) -> int:
-        """``prog --data-dir DIR --data NAME... [--mirror M] [--archives DIR] [--rows ROW... | --rows-from PARAMS]
-        [--weights-sums FILE] [--weights-overrides OVERRIDE...] [-- OVERRIDES]``: checks the rows' weights,
+        """`prog --data-dir DIR --data NAME... [--mirror M] [--archives DIR] [--rows ROW... | --rows-from PARAMS]
+        [--weights-sums FILE] [--weights-overrides OVERRIDE...] [-- OVERRIDES]`: checks the rows' weights,
         then prints each folder and reads every image of those datasets once; missing or wrong weights,
-        a download or archive that fails, or an unreadable image print ``error: ...`` (each unreadable
-        file on a line of its own) and return 1. ``--check``: only the image check."""
+        a download or archive that fails, or an unreadable image print `error: ...` (each unreadable
+        file on a line of its own) and return 1. `--check`: only the image check."""
         parser = argparse.ArgumentParser(prog=self.prog, description=self.description)
         parser.add_argument("--data-dir", required=True, help="the runs' data_dir")
         parser.add_argument(

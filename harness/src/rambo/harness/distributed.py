@@ -1,6 +1,6 @@
 """Several processes for one run (torchrun / DDP, or SLURM tasks): who this process is, joining the
 process group and each process's share of the global batch. The gather with gradient that puts the
-shares back together is the library's (:mod:`rambo.core.distributed`): the losses rank the global
+shares back together is the library's ([`rambo.core.distributed`][rambo.core.distributed]): the losses rank the global
 batch themselves.
 """
 
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DistributedSetup:
-    """Where this process sits. ``source`` is "torchrun", "slurm" or "single"."""
+    """Where this process sits. `source` is "torchrun", "slurm" or "single"."""
 
     rank: int = 0
     world_size: int = 1
@@ -48,8 +48,8 @@ class DistributedSetup:
 
 
 def detect_setup(env: dict | None = None) -> DistributedSetup:
-    """torchrun variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), then SLURM
-    (``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``), then a single process."""
+    """torchrun variables (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), then SLURM
+    (`SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`), then a single process."""
     env = os.environ if env is None else env
     if "RANK" in env and "WORLD_SIZE" in env:
         return DistributedSetup(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)), "torchrun")
@@ -61,9 +61,9 @@ def detect_setup(env: dict | None = None) -> DistributedSetup:
 
 
 def init_process_group(setup: DistributedSetup, backend: str | None = None) -> None:
-    """Join the process group (no-op for a single process). Under SLURM, ``MASTER_ADDR`` must be
-    set (e.g. ``export MASTER_ADDR=$(scontrol show hostnames $SLURM_NODELIST | head -1)``) unless
-    all tasks share one node; ``MASTER_PORT`` defaults to ``20000 + SLURM_JOB_ID mod 20000`` (the same in
+    """Join the process group (no-op for a single process). Under SLURM, `MASTER_ADDR` must be
+    set (e.g. `export MASTER_ADDR=$(scontrol show hostnames $SLURM_NODELIST | head -1)`) unless
+    all tasks share one node; `MASTER_PORT` defaults to `20000 + SLURM_JOB_ID mod 20000` (the same in
     every task of a job, another for each job, so two jobs on one node do not take one port). Logs
     which process this is, and where its rank came from."""
     if not setup.is_distributed or dist.is_initialized():
@@ -99,8 +99,8 @@ def rank() -> int:
 
 
 def gather_to_main(value) -> list | None:
-    """Every process's ``value`` (picklable), in rank order, on the main process (``None`` on the
-    others); ``[value]`` for a single process. Called by every process."""
+    """Every process's `value` (picklable), in rank order, on the main process (`None` on the
+    others); `[value]` for a single process. Called by every process."""
     if world_size() == 1:
         return [value]
     gathered = [None] * world_size() if rank() == 0 else None
@@ -115,7 +115,7 @@ def barrier() -> None:
 
 
 def wrap_model(model: torch.nn.Module, device: torch.device, **options) -> torch.nn.Module:
-    """``DistributedDataParallel(model)`` when several processes run, else ``model`` itself."""
+    """`DistributedDataParallel(model)` when several processes run, else `model` itself."""
     if world_size() == 1:
         return model
     device_ids = [device.index] if device.type == "cuda" else None
@@ -123,11 +123,11 @@ def wrap_model(model: torch.nn.Module, device: torch.device, **options) -> torch
 
 
 class ShardedBatchSampler(torch.utils.data.Sampler):
-    """Each process takes its contiguous slice of every global batch of ``batch_sampler``, so the
+    """Each process takes its contiguous slice of every global batch of `batch_sampler`, so the
     union of the processes' batches is the batch a single process would have drawn (same order).
 
-    ``even=True`` (retrieval, whose gathered embeddings need equal shares) refuses a global batch
-    that does not split evenly; ``even=False`` gives the first processes one item more.
+    `even=True` (retrieval, whose gathered embeddings need equal shares) refuses a global batch
+    that does not split evenly; `even=False` gives the first processes one item more.
     """
 
     def __init__(self, batch_sampler, rank: int, world_size: int, even: bool = True):

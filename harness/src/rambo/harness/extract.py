@@ -3,27 +3,27 @@
 Safety never depends on the Python version: before anything is written, every member's path (and
 every link's target) is resolved *lexically* against the target folder, following the symbolic
 links declared earlier in the same archive, exactly as the filesystem would while extracting into
-an empty folder. Absolute names, ``..`` that climbs out, links that point out (directly or through
+an empty folder. Absolute names, `..` that climbs out, links that point out (directly or through
 a chain of the archive's own links) and special files (devices, FIFOs) are refused with
-:class:`UnsafeArchiveError`. Members that contradict each other (a file ``a`` and a member
-``a/b``, a hard link to a name the archive has not stored before it) are an
-:class:`InconsistentArchiveError`. Where ``tarfile`` has the ``data`` filter it is used as well, as
-a second line of defence only.
+[`UnsafeArchiveError`][rambo.harness.extract.UnsafeArchiveError]. Members that contradict each other (a file `a` and a
+member `a/b`, a hard link to a name the archive has not stored before it) are an
+[`InconsistentArchiveError`][rambo.harness.extract.InconsistentArchiveError]. Where `tarfile` has the `data` filter it
+is used as well, as a second line of defence only.
 
 Nothing is written either when the members' declared sizes exceed a limit
-(:class:`ArchiveTooLargeError`): more than ``max_ratio`` times the archive's own size (a zip bomb;
-archives that declare less than ``ratio_floor`` are exempt), or more than the free space on the
-target's disk less ``reserve`` bytes. A disk that fills up all the same (file system overhead, other
-writers) is a :class:`NoSpaceError` naming the file being written and the space needed.
+([`ArchiveTooLargeError`][rambo.harness.extract.ArchiveTooLargeError]): more than `max_ratio` times the archive's own
+size (a zip bomb; archives that declare less than `ratio_floor` are exempt), or more than the free space on the
+target's disk less `reserve` bytes. A disk that fills up all the same (file system overhead, other
+writers) is a [`NoSpaceError`][rambo.harness.extract.NoSpaceError] naming the file being written and the space needed.
 
 Extraction goes to a hidden staging folder inside the target (same filesystem, so the merge is
-renames), ``.<archive>.extracting-<host>-<process>-...``, and is merged into the target only once
+renames), `.<archive>.extracting-<host>-<process>-...`, and is merged into the target only once
 complete: directories that exist already are merged (the VOC 2007 trainval and test tars both fill
-``VOCdevkit/VOC2007``), an existing file is never overwritten (a clash is an
-:class:`ArchiveClashError` and nothing is moved). A refused, corrupt or truncated archive leaves the
-target as it was and no staging folder behind. A process killed mid-extraction cannot clean up: the
+`VOCdevkit/VOC2007`), an existing file is never overwritten (a clash is an
+[`ArchiveClashError`][rambo.harness.extract.ArchiveClashError] and nothing is moved). A refused, corrupt or truncated
+archive leaves the target as it was and no staging folder behind. A process killed mid-extraction cannot clean up: the
 next extraction of the same archive into the same folder removes the staging folders of that
-archive whose process has ended (:func:`remove_stale_staging`).
+archive whose process has ended ([`remove_stale_staging`][rambo.harness.extract.remove_stale_staging]).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def _corrupt(archive: Path, reason: object) -> ArchiveError:
 
 
 def _size(count: float) -> str:
-    """``count`` bytes for a reader: ``512 bytes``, ``64.0 MiB``."""
+    """`count` bytes for a reader: `512 bytes`, `64.0 MiB`."""
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
         if count < 1024 or unit == "TiB":
             break
@@ -131,7 +131,7 @@ class _Resolver:
         return InconsistentArchiveError(f"{self.archive}: {what}; nothing was extracted. {_DAMAGED}")
 
     def resolve(self, name: str, base: tuple[str, ...] = (), what: str | None = None) -> tuple[str, ...]:
-        """The components, relative to the target, that ``name`` (relative to ``base``) lands on.
+        """The components, relative to the target, that `name` (relative to `base`) lands on.
 
         Every symbolic link met on the way, the last component included, is followed: writing a
         file over a link writes where it points.
@@ -164,7 +164,7 @@ class _Resolver:
         return tuple(resolved)
 
     def place(self, name: str, path: tuple[str, ...], kind: str) -> None:
-        """Record that member ``name`` makes ``path`` a ``kind`` ("file" or "folder"), and every
+        """Record that member `name` makes `path` a `kind` ("file" or "folder"), and every
         folder above it a folder; refuse it where the members before made one of them the other."""
         for end in range(1, len(path) + (kind == "folder")):
             folder = path[:end]
@@ -231,10 +231,12 @@ class _Resolver:
 
 
 def check_members(archive: str | os.PathLike) -> list[str]:
-    """Raise :class:`UnsafeArchiveError` if a member of ``archive`` would leave the target folder,
-    :class:`InconsistentArchiveError` if its members contradict each other.
+    """Raise [`UnsafeArchiveError`][rambo.harness.extract.UnsafeArchiveError] if a member of `archive` would leave the
+    target folder, [`InconsistentArchiveError`][rambo.harness.extract.InconsistentArchiveError] if its members
+    contradict each other.
 
-    Returns the member names. Nothing is extracted; a corrupt archive is an :class:`ArchiveError`.
+    Returns the member names. Nothing is extracted; a corrupt archive is an
+    [`ArchiveError`][rambo.harness.extract.ArchiveError].
     """
     archive = Path(archive)
     try:
@@ -279,7 +281,7 @@ def _check_tar(handle: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
 
 
 def _free_bytes(target: Path) -> int | None:
-    """The free space on the disk ``target`` is (or will be) on; ``None`` where it cannot be read."""
+    """The free space on the disk `target` is (or will be) on; `None` where it cannot be read."""
     existing = next((folder for folder in (target, *target.parents) if folder.exists()), target)
     try:
         return shutil.disk_usage(existing).free
@@ -290,7 +292,8 @@ def _free_bytes(target: Path) -> int | None:
 def _check_sizes(
     archive: Path, target: Path, declared: int, max_ratio: float | None, ratio_floor: int, reserve: int | None
 ) -> None:
-    """Raise :class:`ArchiveTooLargeError` when ``declared`` bytes exceed the ratio or the disk limit."""
+    """Raise [`ArchiveTooLargeError`][rambo.harness.extract.ArchiveTooLargeError] when `declared` bytes exceed the ratio
+    or the disk limit."""
     size = archive.stat().st_size
     free = _free_bytes(target)
     free_text = f"{_size(free)} free" if free is not None else "free space unknown"
@@ -316,7 +319,7 @@ def _staging_prefix(archive: Path) -> str:
 
 
 def _process_start(pid: int) -> str | None:
-    """The start time of process ``pid`` (``/proc/<pid>/stat`` field 22), ``None`` without ``/proc``."""
+    """The start time of process `pid` (`/proc/<pid>/stat` field 22), `None` without `/proc`."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
@@ -328,7 +331,7 @@ def _host() -> str:
 
 
 def _has_ended(pid: int, start: str) -> bool:
-    """Whether process ``pid`` of this host, started at ``start`` ("none": not known), has ended."""
+    """Whether process `pid` of this host, started at `start` ("none": not known), has ended."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -344,7 +347,7 @@ def _has_ended(pid: int, start: str) -> bool:
 
 
 def remove_stale_staging(archive: str | os.PathLike, target: str | os.PathLike) -> list[Path]:
-    """Remove the staging folders that extractions of ``archive`` into ``target`` left behind when
+    """Remove the staging folders that extractions of `archive` into `target` left behind when
     they were killed; return them.
 
     Only folders named as this module names the staging of that archive are looked at; one is
@@ -409,7 +412,7 @@ def _extract_tar(handle: tarfile.TarFile, members: list[tarfile.TarInfo], stagin
 
 
 def _clashes(staging: Path, target: Path) -> list[str]:
-    """Entries of ``staging`` that would replace something different in ``target``."""
+    """Entries of `staging` that would replace something different in `target`."""
     found = []
     for entry in sorted(staging.iterdir()):
         destination = target / entry.name
@@ -425,7 +428,7 @@ def _clashes(staging: Path, target: Path) -> list[str]:
 
 
 def _merge(staging: Path, target: Path) -> None:
-    """Move every entry of ``staging`` into ``target``; folders already there are merged."""
+    """Move every entry of `staging` into `target`; folders already there are merged."""
     for entry in sorted(staging.iterdir()):
         destination = target / entry.name
         if not os.path.lexists(destination):
@@ -457,7 +460,7 @@ def _write_error(archive: Path, target: Path, name: str, error: OSError, declare
 def _stage_and_merge(
     archive: Path, target: Path, handle: zipfile.ZipFile | tarfile.TarFile, members: list, declared: int
 ) -> list[Path]:
-    """Extract the checked ``members`` into a staging folder in ``target``, then merge it in."""
+    """Extract the checked `members` into a staging folder in `target`, then merge it in."""
     # The topmost folder this call creates, removed again when extraction fails.
     created = next((folder for folder in reversed((target, *target.parents)) if not folder.exists()), None)
     start = _process_start(os.getpid()) or "none"
@@ -515,22 +518,24 @@ def extract(
     ratio_floor: int = RATIO_FLOOR_BYTES,
     reserve: int | None = DISK_RESERVE_BYTES,
 ) -> list[Path]:
-    """Extract a zip or tar (``.tar``, ``.tar.gz``, ``.tgz``, ...) ``archive`` into ``target``.
+    """Extract a zip or tar (`.tar`, `.tar.gz`, `.tgz`, ...) `archive` into `target`.
 
-    Returns the top-level paths of the archive in ``target``. First the staging folders of this
-    archive that killed extractions left in ``target`` are removed (:func:`remove_stale_staging`).
-    Then, before anything is written, every member is checked, and the archive is refused when its
-    members declare more than ``max_ratio`` times its own size (``None``: no ratio limit; archives
-    declaring at most ``ratio_floor`` bytes are exempt), or more than the free space on
-    ``target``'s disk less ``reserve`` bytes (``None``: no disk limit, e.g. for a file system that
+    Returns the top-level paths of the archive in `target`. First the staging folders of this
+    archive that killed extractions left in `target` are removed
+    ([`remove_stale_staging`][rambo.harness.extract.remove_stale_staging]). Then, before anything is written, every
+    member is checked, and the archive is refused when its members declare more than `max_ratio` times its own size
+    (`None`: no ratio limit; archives declaring at most `ratio_floor` bytes are exempt), or more than the free space on
+    `target`'s disk less `reserve` bytes (`None`: no disk limit, e.g. for a file system that
     reports no free space).
 
-    Raises :class:`UnsafeArchiveError` (a member would leave ``target``, or is a special file),
-    :class:`InconsistentArchiveError` (members contradict each other), :class:`ArchiveTooLargeError`,
-    :class:`NoSpaceError` (the disk filled up all the same), :class:`ArchiveClashError` (a
-    different file is already in ``target``), :class:`ArchiveNotFoundError`, or
-    :class:`ArchiveError` (corrupt, truncated, not an archive, a member that cannot be written);
-    with each of them ``target`` is left as it was.
+    Raises [`UnsafeArchiveError`][rambo.harness.extract.UnsafeArchiveError] (a member would leave `target`, or is a
+    special file), [`InconsistentArchiveError`][rambo.harness.extract.InconsistentArchiveError] (members contradict each
+    other), [`ArchiveTooLargeError`][rambo.harness.extract.ArchiveTooLargeError],
+    [`NoSpaceError`][rambo.harness.extract.NoSpaceError] (the disk filled up all the same),
+    [`ArchiveClashError`][rambo.harness.extract.ArchiveClashError] (a different file is already in `target`),
+    [`ArchiveNotFoundError`][rambo.harness.extract.ArchiveNotFoundError], or
+    [`ArchiveError`][rambo.harness.extract.ArchiveError] (corrupt, truncated, not an archive, a member that cannot be
+    written); with each of them `target` is left as it was.
     """
     archive, target = Path(archive), Path(target)
     if not archive.is_file():

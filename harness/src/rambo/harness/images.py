@@ -1,20 +1,20 @@
 """Image files read as the RGB values they hold, the same for both training apps.
 
-:func:`rgb_image` opens a file with Pillow, decodes it fully, and returns an ``RGB`` image whose
-values are the file's, on the 0..255 scale. How depends on the Pillow mode the file decodes to:
+[`rgb_image`][rambo.harness.images.rgb_image] opens a file with Pillow, decodes it fully, and returns an `RGB` image
+whose values are the file's, on the 0..255 scale. How depends on the Pillow mode the file decodes to:
 
-* ``1``, ``L``, ``LA``, ``P``, ``PA``, ``RGB``, ``RGBA``, ``RGBa``, ``RGBX``, ``CMYK``, ``YCbCr``,
-  ``LAB``, ``HSV``: Pillow's ``convert("RGB")`` (alpha dropped, palettes looked up, the colour
+* `1`, `L`, `LA`, `P`, `PA`, `RGB`, `RGBA`, `RGBa`, `RGBX`, `CMYK`, `YCbCr`,
+  `LAB`, `HSV`: Pillow's `convert("RGB")` (alpha dropped, palettes looked up, the colour
   spaces converted);
-* 16-bit grayscale (``I;16``, ``I;16L``, ``I;16B``, ``I;16N``: 16-bit PNG, TIFF or JPEG 2000), and
-  ``I`` from a PNG or a 16-bit PGM (Pillow reads those into 0..65535): scaled, ``v -> round(v *
-  255 / 65535)``. ``convert("RGB")`` would clip every value above 255 to white;
-* ``I`` from any other format (32-bit integer TIFF, signed 16-bit TIFF) and ``F`` (floating point):
-  refused, since their pixels have no fixed range to scale from; so is ``La`` (premultiplied
+* 16-bit grayscale (`I;16`, `I;16L`, `I;16B`, `I;16N`: 16-bit PNG, TIFF or JPEG 2000), and
+  `I` from a PNG or a 16-bit PGM (Pillow reads those into 0..65535): scaled, `v -> round(v *
+  255 / 65535)`. `convert("RGB")` would clip every value above 255 to white;
+* `I` from any other format (32-bit integer TIFF, signed 16-bit TIFF) and `F` (floating point):
+  refused, since their pixels have no fixed range to scale from; so is `La` (premultiplied
   grayscale alpha, which Pillow cannot convert) and any mode not listed here.
 
-A file that cannot be opened or decoded, or is refused, is an :class:`UnreadableImage` whose
-message names the file and says why in one line.
+A file that cannot be opened or decoded, or is refused, is an [`UnreadableImage`][rambo.harness.images.UnreadableImage]
+whose message names the file and says why in one line.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ REFUSED = {
 
 class UnreadableImage(InputError):
     """An image file that cannot be opened, decoded, or read as RGB values. The message is
-    ``"<file>: <reason>"``; ``reason`` is the part after the file (one line)."""
+    `"<file>: <reason>"`; `reason` is the part after the file (one line)."""
 
     def __init__(self, message: str, reason: str | None = None):
         super().__init__(message)
@@ -51,13 +51,13 @@ class UnreadableImage(InputError):
 
 
 class UnsupportedMode(ValueError):
-    """A decoded image whose Pillow mode has no RGB reading here (:data:`REFUSED`); the message says
+    """A decoded image whose Pillow mode has no RGB reading here (`REFUSED`); the message says
     which mode and what to do, without the file."""
 
 
 def as_rgb(image: Image.Image) -> Image.Image:
-    """``image`` (opened by Pillow) as a new ``RGB`` image on the 0..255 scale (module docstring);
-    raises :class:`UnsupportedMode` for a mode that has no such reading."""
+    """`image` (opened by Pillow) as a new `RGB` image on the 0..255 scale (module docstring);
+    raises [`UnsupportedMode`][rambo.harness.images.UnsupportedMode] for a mode that has no such reading."""
     mode = image.mode
     if mode in CONVERTED:
         return image.convert("RGB")
@@ -71,9 +71,9 @@ def as_rgb(image: Image.Image) -> Image.Image:
 
 
 def rgb_image(path: Path | str) -> Image.Image:
-    """The image file at ``path`` fully decoded as ``RGB`` values 0..255 (:func:`as_rgb`). Raises
-    :class:`UnreadableImage` naming ``path`` when it cannot be opened or decoded (the decoder's
-    error, in one line) or its mode is refused."""
+    """The image file at `path` fully decoded as `RGB` values 0..255 ([`as_rgb`][rambo.harness.images.as_rgb]). Raises
+    [`UnreadableImage`][rambo.harness.images.UnreadableImage] naming `path` when it cannot be opened or decoded (the
+    decoder's error, in one line) or its mode is refused."""
     try:
         with Image.open(path) as image:
             return as_rgb(image)

@@ -1,11 +1,12 @@
 """Training losses summed where they are computed, read on the host once.
 
-Reading a loss on the host every step (``float(loss)``, ``loss.item()``, ``if not isfinite(loss)``)
+Reading a loss on the host every step (`float(loss)`, `loss.item()`, `if not isfinite(loss)`)
 makes the host wait for the GPU to finish that step before it can queue the next one. On a GPU
-both training engines add each step's losses into :class:`DeviceLossSums` instead and read the
-means once per epoch: a non-finite loss is then found at the end of the epoch (the run stops and
-keeps the checkpoint of the epoch before, :meth:`rambo.harness.run.TrainingRun.diverged`). On the
-CPU a read costs nothing, and the engines keep checking every step, before the optimiser's step.
+both training engines add each step's losses into [`DeviceLossSums`][rambo.harness.loss_sums.DeviceLossSums] instead and
+read the means once per epoch: a non-finite loss is then found at the end of the epoch (the run stops and
+keeps the checkpoint of the epoch before,
+[`rambo.harness.run.TrainingRun.diverged`][rambo.harness.run.TrainingRun.diverged]). On the CPU a read costs nothing,
+and the engines keep checking every step, before the optimiser's step.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ def reads_every_step(device) -> bool:
 
 
 class DeviceLossSums:
-    """``add({name: loss})`` per step (no host read); :meth:`means` reads them all at once."""
+    """`add({name: loss})` per step (no host read); [`means`][rambo.harness.loss_sums.DeviceLossSums.means] reads them
+    all at once."""
 
     def __init__(self):
         self.sums: dict[str, torch.Tensor] = {}
@@ -34,8 +36,8 @@ class DeviceLossSums:
         self.steps += 1
 
     def means(self, where: str = "") -> dict[str, float]:
-        """``{name: mean over the steps}`` (one transfer to the host); ``FloatingPointError`` naming
-        ``where`` and the terms when one is not finite."""
+        """`{name: mean over the steps}` (one transfer to the host); `FloatingPointError` naming
+        `where` and the terms when one is not finite."""
         if not self.sums:
             return {}
         names = list(self.sums)

@@ -1,41 +1,41 @@
 """The numerics mode: whether a CPU run's floating-point results depend on the CPU model.
 
-``portable`` (the default of every CPU run, however launched): every computation that touches a
+`portable` (the default of every CPU run, however launched): every computation that touches a
 result goes through code paths that do not dispatch by instruction set, so the same run gives the
 same bytes on any x86-64 CPU (Intel or AMD, SSE4.2 to AVX-512 and AMX):
 
-- torch's portable kernels (``ATEN_CPU_CAPABILITY=default``), read once, when torch first
+- torch's portable kernels (`ATEN_CPU_CAPABILITY=default`), read once, when torch first
   dispatches a CPU kernel;
-- MKL's ``COMPATIBLE`` branch (``MKL_CBWR=COMPATIBLE``), the one branch Intel documents as giving
-  the same results on Intel and compatible processors (``AVX2`` and the other named branches fall
+- MKL's `COMPATIBLE` branch (`MKL_CBWR=COMPATIBLE`), the one branch Intel documents as giving
+  the same results on Intel and compatible processors (`AVX2` and the other named branches fall
   back to the CPU's own code on processors of other vendors); MKL reads it at its first call;
-- no oneDNN (``torch.backends.mkldnn.enabled = False``) and no NNPACK
-  (``torch.backends.nnpack.set_flags(False)``): their convolutions choose kernels and blockings by
+- no oneDNN (`torch.backends.mkldnn.enabled = False`) and no NNPACK
+  (`torch.backends.nnpack.set_flags(False)`): their convolutions choose kernels and blockings by
   ISA and cache sizes; torch's own convolutions run instead, on MKL's branch above;
-- glibc's maths library without its FMA variants (``GLIBC_TUNABLES=glibc.cpu.hwcaps=-FMA,-FMA4``):
-  libm picks FMA code for ``exp``, ``pow``, ``sin`` ... on CPUs that have it (``0.9 ** 348`` differs
+- glibc's maths library without its FMA variants (`GLIBC_TUNABLES=glibc.cpu.hwcaps=-FMA,-FMA4`):
+  libm picks FMA code for `exp`, `pow`, `sin` ... on CPUs that have it (`0.9 ** 348` differs
   in its last bit), and Python's floats, numpy and torch's float64 kernels call it. The dynamic
-  loader reads the variable only when a process starts: a ``python -m rambo.<app>...`` command (or
-  a ``rambo-*`` script) that finds it missing sets it and restarts itself at once, before any work,
+  loader reads the variable only when a process starts: a `python -m rambo.<app>...` command (or
+  a `rambo-*` script) that finds it missing sets it and restarts itself at once, before any work,
   with the same arguments and process id;
-- numpy's baseline loops (``NPY_DISABLE_CPU_FEATURES``: every optimisation numpy dispatches at run
+- numpy's baseline loops (`NPY_DISABLE_CPU_FEATURES`: every optimisation numpy dispatches at run
   time, read once, when numpy loads);
 - a fixed thread count (MKL's reproducibility holds for a fixed number of threads, and torch's
-  parallel reductions split their work by it): ``threads`` of the run, 1 when it says 0;
+  parallel reductions split their work by it): `threads` of the run, 1 when it says 0;
 - the exact k-NN search of the retrieval evaluation in torch, not faiss (which picks AVX2,
   AVX-512 or AVX-512 SPR code at run time).
 
-``native``: each library's fastest code for this CPU (what torch, MKL, oneDNN and faiss choose).
+`native`: each library's fastest code for this CPU (what torch, MKL, oneDNN and faiss choose).
 Faster (about 2x on the mini profile's runs), but the results are then another draw: they move
 from one CPU model to another.
 
-The mode is chosen by the environment variable ``RAMBO_NUMERICS`` (``portable`` or ``native``).
-:func:`set_environment` writes the variables before the libraries load (``import rambo.harness``
-calls it, and every app package imports ``rambo.harness`` before torch); :func:`require`, at the
-start of each run, sets what is set at run time (oneDNN, threads), reads every setting back from the
-libraries themselves and stops, naming what is missing, when the mode was asked for and not got;
-:func:`facts` is what a run's provenance records: the mode and its settings, never the CPU model
-or its instruction set.
+The mode is chosen by the environment variable `RAMBO_NUMERICS` (`portable` or `native`).
+[`set_environment`][rambo.harness.numerics.set_environment] writes the variables before the libraries load
+(`import rambo.harness` calls it, and every app package imports `rambo.harness` before torch);
+[`require`][rambo.harness.numerics.require], at the start of each run, sets what is set at run time (oneDNN, threads),
+reads every setting back from the libraries themselves and stops, naming what is missing, when the mode was asked for
+and not got; [`facts`][rambo.harness.numerics.facts] is what a run's provenance records: the mode and its settings,
+never the CPU model or its instruction set.
 
 On a GPU the mode does not apply to the GPU's arithmetic (CUDA results depend on the GPU model);
 this module only concerns the CPU's.
@@ -78,7 +78,7 @@ class NumericsError(RuntimeError):
 
 
 def mode(env: dict | None = None) -> str:
-    """The mode asked for: ``RAMBO_NUMERICS``, ``portable`` when unset. ``NumericsError`` naming the
+    """The mode asked for: `RAMBO_NUMERICS`, `portable` when unset. `NumericsError` naming the
     valid values for anything else."""
     env = os.environ if env is None else env
     value = env.get(MODE_VARIABLE, "").strip().lower() or DEFAULT_MODE
@@ -90,10 +90,10 @@ def mode(env: dict | None = None) -> str:
 
 
 def set_environment(env: dict | None = None) -> str:
-    """Write the portable mode's variables into ``env`` (``os.environ``) unless the mode is
-    ``native``; returns the mode. Values already there are replaced (an ``MKL_CBWR=AVX2`` of the
+    """Write the portable mode's variables into `env` (`os.environ`) unless the mode is
+    `native`; returns the mode. Values already there are replaced (an `MKL_CBWR=AVX2` of the
     shell would make the results follow the CPU). Call it before torch and numpy load; a library
-    already loaded keeps what it read, which :func:`require` then reports."""
+    already loaded keeps what it read, which [`require`][rambo.harness.numerics.require] then reports."""
     in_process = env is None
     env = os.environ if env is None else env
     try:
@@ -115,8 +115,8 @@ def _uses_glibc() -> bool:
 
 
 def _is_rambo_command() -> bool:
-    """Whether this process is a project command that has done nothing yet: ``python -m rambo.<...>``
-    or a ``rambo-*`` console script (their first import is the app package, which imports this
+    """Whether this process is a project command that has done nothing yet: `python -m rambo.<...>`
+    or a `rambo-*` console script (their first import is the app package, which imports this
     module first). Never an interactive session, a test runner or another program."""
     if os.environ.get(_RESTARTED) or sys.flags.interactive or not getattr(sys, "orig_argv", None):
         return False
@@ -127,8 +127,8 @@ def _is_rambo_command() -> bool:
 
 
 def _restart() -> None:
-    """Start this command again with the environment as it is now (``os.execve``: the same process
-    id, arguments and standard streams), so that the dynamic loader reads ``GLIBC_TUNABLES``."""
+    """Start this command again with the environment as it is now (`os.execve`: the same process
+    id, arguments and standard streams), so that the dynamic loader reads `GLIBC_TUNABLES`."""
     os.environ[_RESTARTED] = "1"
     sys.stdout.flush()
     sys.stderr.flush()
@@ -155,8 +155,8 @@ def _captured_stdout():
 
 
 def mkl_state() -> dict:
-    """MKL's own report of its code path, read back from ``MKL_VERBOSE`` of one small SGEMM:
-    ``{"branch": "COMPATIBLE" | "OFF" | ..., "threads": n}``, or ``{"branch": None}`` for a torch
+    """MKL's own report of its code path, read back from `MKL_VERBOSE` of one small SGEMM:
+    `{"branch": "COMPATIBLE" | "OFF" | ..., "threads": n}`, or `{"branch": None}` for a torch
     built without MKL."""
     import torch
 
@@ -181,17 +181,17 @@ def numpy_dispatch() -> list[str]:
 
 
 def fixed_threads(threads: int | None) -> int:
-    """The thread count a portable run computes with: ``threads``, or 1 when it is 0 or ``None``
+    """The thread count a portable run computes with: `threads`, or 1 when it is 0 or `None`
     (torch's default counts the machine's cores, which would make the result follow the machine)."""
     return int(threads) if threads else 1
 
 
 def require(threads: int | None = None, device=None) -> dict:
-    """Start a run in the mode asked for, and prove it: in ``portable`` mode turn oneDNN off, fix
-    the thread count (:func:`fixed_threads`), then read back torch's kernel capability, MKL's branch
-    and thread count, oneDNN's flag and numpy's dispatch; ``NumericsError`` naming each setting
-    that is not in force (and how to get it). ``native``: only ``threads`` (when given) is set.
-    Returns :func:`facts`. On a CUDA ``device`` only the threads are set: the GPU's arithmetic
+    """Start a run in the mode asked for, and prove it: in `portable` mode turn oneDNN off, fix
+    the thread count ([`fixed_threads`][rambo.harness.numerics.fixed_threads]), then read back torch's kernel
+    capability, MKL's branch and thread count, oneDNN's flag and numpy's dispatch; `NumericsError` naming each setting
+    that is not in force (and how to get it). `native`: only `threads` (when given) is set.
+    Returns [`facts`][rambo.harness.numerics.facts]. On a CUDA `device` only the threads are set: the GPU's arithmetic
     follows the GPU model whatever the CPU does."""
     import torch
 
@@ -271,8 +271,8 @@ def facts() -> dict:
 
 
 def _portable_in_force() -> bool:
-    """Whether the portable settings that :func:`require` sets at run time are in force (a GPU run
-    in the portable mode leaves oneDNN and the CPU threads as they are: its CPU numerics are then
+    """Whether the portable settings that [`require`][rambo.harness.numerics.require] sets at run time are in force (a
+    GPU run in the portable mode leaves oneDNN and the CPU threads as they are: its CPU numerics are then
     this CPU's own)."""
     import torch
 
@@ -280,7 +280,7 @@ def _portable_in_force() -> bool:
 
 
 def label(numerics: dict | None) -> str:
-    """One line naming a run's numerics, e.g. ``portable numerics, 1 thread``: what the tables list."""
+    """One line naming a run's numerics, e.g. `portable numerics, 1 thread`: what the tables list."""
     if not numerics:
         return "numerics not recorded"
     threads = numerics.get("threads")
@@ -293,8 +293,8 @@ def label(numerics: dict | None) -> str:
 
 
 def start_command(threads: int | None = None) -> dict:
-    """:func:`require` for a command's ``__main__`` (a pipeline stage that is not a training run:
-    data, exports, figures, tables), or its problem as one ``error:`` line and exit code 2."""
+    """[`require`][rambo.harness.numerics.require] for a command's `__main__` (a pipeline stage that is not a training
+    run: data, exports, figures, tables), or its problem as one `error:` line and exit code 2."""
     try:
         return require(threads)
     except NumericsError as error:

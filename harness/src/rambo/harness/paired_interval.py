@@ -1,9 +1,9 @@
 """A paired difference over seeds with its two-sided 95% Student-t interval, and its verdict.
 
 Method A minus method B, run with the same seeds: the mean of the per-seed differences
-``a[i] - b[i]`` and ``mean +- t_{0.975}(n - 1) * sd / sqrt(n)`` (the one-sample t interval of the
-differences). The claims table (``rambo.ablations.claims``) and the detection studies
-(``rambo.detection.variance_study``, ``rambo.detection.regime_study``) read their intervals here.
+`a[i] - b[i]` and `mean +- t_{0.975}(n - 1) * sd / sqrt(n)` (the one-sample t interval of the
+differences). The claims table (`rambo.ablations.claims`) and the detection studies
+(`rambo.detection.variance_study`, `rambo.detection.regime_study`) read their intervals here.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def t_quantile(df: int) -> float:
 
 
 def paired_interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """Mean of ``a[i] - b[i]`` and its two-sided 95% t interval ``(mean, low, high)``."""
+    """Mean of `a[i] - b[i]` and its two-sided 95% t interval `(mean, low, high)`."""
     if len(a) != len(b):
         raise ValueError(f"paired values need the same seeds, got {len(a)} and {len(b)}")
     differences = [x - y for x, y in zip(a, b)]
@@ -67,7 +67,7 @@ def paired_interval(a: list[float], b: list[float]) -> tuple[float, float, float
 
 
 def verdict(low: float, high: float) -> str:
-    """``holds`` (interval above 0), ``contradicted`` (below 0) or ``not resolved`` (contains 0)."""
+    """`holds` (interval above 0), `contradicted` (below 0) or `not resolved` (contains 0)."""
     if math.isnan(low):
         return "not resolved (one seed)"
     if low > 0:
@@ -78,5 +78,5 @@ def verdict(low: float, high: float) -> str:
 
 
 def seeds_for_half_width(sd: float, half_width: float, most: int = 1000) -> int | None:
-    """The fewest seeds ``n >= 2`` whose interval half-width ``t(n - 1) sd / sqrt(n)`` is at most ``half_width``."""
+    """The fewest seeds `n >= 2` whose interval half-width `t(n - 1) sd / sqrt(n)` is at most `half_width`."""
     return next((n for n in range(2, most + 1) if t_quantile(n - 1) * sd / math.sqrt(n) <= half_width), None)

@@ -9,19 +9,20 @@ import torch
 
 
 def cache_path(url: str) -> Path:
-    """Where torchvision's (and mmcv's) downloader keeps ``url``: ``<torch hub dir>/checkpoints/<file>``."""
+    """Where torchvision's (and mmcv's) downloader keeps `url`: `<torch hub dir>/checkpoints/<file>`."""
     return Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1]
 
 
 def weights_location(url: str, weights_path: str | Path | None = None) -> Path:
-    """Where a run reads the weights of ``url``: ``weights_path`` when given, else the cached copy."""
+    """Where a run reads the weights of `url`: `weights_path` when given, else the cached copy."""
     return Path(weights_path).expanduser() if weights_path else cache_path(url)
 
 
 def find_weights(name: str, url: str, weights_path: str | Path | None = None) -> Path:
-    """The weights file of backbone ``name``: ``weights_path`` when given, else the cached copy of
-    ``url``. ``FileNotFoundError`` with the manual steps when it is not there (the pipeline's data
-    stages check every row's file and its hash before a run starts: :mod:`rambo.harness.weights`)."""
+    """The weights file of backbone `name`: `weights_path` when given, else the cached copy of
+    `url`. `FileNotFoundError` with the manual steps when it is not there (the pipeline's data
+    stages check every row's file and its hash before a run starts:
+    [`rambo.harness.weights`][rambo.harness.weights])."""
     path = weights_location(url, weights_path)
     if path.is_file():
         return path

@@ -1,14 +1,14 @@
 """What made a run: the code (project versions; the commit of the last change to the sources that
 make runs, and whether those sources were edited), the libraries, the device (the CPU's architecture,
-or the GPU), the numerics mode and the thread count (:mod:`.numerics`), how the run was launched
+or the GPU), the numerics mode and the thread count ([`numerics`][rambo.harness.numerics]), how the run was launched
 (local, torchrun or a SLURM job, and its number of processes) and the profile. Every run's
-``metrics.json`` and W&B config carry it (:mod:`.run`), and the tables name the numerics their runs
+`metrics.json` and W&B config carry it ([`run`][rambo.harness.run]), and the tables name the numerics their runs
 came from: in the portable mode a run gives the same bytes on every x86-64 CPU with the same thread
 count, so the CPU model and its instruction set are not recorded (they would make one result look
 like two); in the native mode the results follow the CPU, and the mode says so.
 
 Nothing here holds a time or a host name: two identical runs on one machine, launched the same
-way, record the same facts. The commit is the last one that changed :data:`SOURCE_FOLDERS`, not the
+way, record the same facts. The commit is the last one that changed `SOURCE_FOLDERS`, not the
 checkout's HEAD, so a commit of results on top of the code that made them leaves it as it was (a
 fresh clone of that commit records what the committed runs recorded). Under SLURM the job
 (and array) ids are recorded too, so there two runs differ by them.
@@ -53,11 +53,11 @@ def _git(args: list[str], cwd: Path) -> str | None:
 
 @functools.cache
 def git_state(source_file: str | None = None) -> dict | None:
-    """``{"source_commit", "dirty"}`` of the git checkout that *tracks* this package's source file (an
-    editable install), or ``None`` (a wheel in site-packages, a copy without git; a ``.venv`` inside
+    """`{"source_commit", "dirty"}` of the git checkout that *tracks* this package's source file (an
+    editable install), or `None` (a wheel in site-packages, a copy without git; a `.venv` inside
     a checkout is not tracked by it, so a wheel installed there is not mistaken for the checkout).
-    ``source_commit``: the last commit that changed :data:`SOURCE_FOLDERS` (``git log -1 -- ...``);
-    ``dirty``: uncommitted changes under them."""
+    `source_commit`: the last commit that changed `SOURCE_FOLDERS` (`git log -1 -- ...`);
+    `dirty`: uncommitted changes under them."""
     path = Path(source_file or __file__).resolve()
     top = _git(["rev-parse", "--show-toplevel"], path.parent)
     if top is None or _git(["ls-files", "--error-unmatch", str(path)], path.parent) is None:
@@ -69,8 +69,8 @@ def git_state(source_file: str | None = None) -> dict | None:
 
 
 def launch_facts() -> dict:
-    """How the run was started: ``launcher`` (``slurm`` inside a SLURM job, ``torchrun`` under
-    torch's elastic launcher, else ``local``), ``processes`` (the world size: results differ
+    """How the run was started: `launcher` (`slurm` inside a SLURM job, `torchrun` under
+    torch's elastic launcher, else `local`), `processes` (the world size: results differ
     between one process and several, while two SLURM tasks and a two-process torchrun agree) and,
     in a SLURM job, its job id and array job / task ids."""
     import torch.distributed as dist
@@ -97,7 +97,7 @@ def launch_facts() -> dict:
 
 
 def device_facts(device: torch.device | str | None = None) -> dict:
-    """The CPU's architecture (``x86_64``) and, for a CUDA device, the GPU."""
+    """The CPU's architecture (`x86_64`) and, for a CUDA device, the GPU."""
     facts = {"type": "cpu", "machine": platform.machine()}
     device = torch.device(device) if device is not None else None
     if device is not None and device.type == "cuda":
@@ -106,8 +106,8 @@ def device_facts(device: torch.device | str | None = None) -> dict:
 
 
 def machine_label(provenance: dict) -> str:
-    """One line naming how a run computed, e.g. ``portable numerics (the same on every x86-64 CPU),
-    1 thread, torch 2.14.1``, or the GPU: what the tables list (the commit is left out: the same
+    """One line naming how a run computed, e.g. `portable numerics (the same on every x86-64 CPU),
+    1 thread, torch 2.14.1`, or the GPU: what the tables list (the commit is left out: the same
     numerics at another commit compute the same)."""
     device = provenance.get("device", {})
     numerics = provenance.get("numerics") or {
@@ -124,8 +124,8 @@ def machine_label(provenance: dict) -> str:
 
 
 def run_provenance(profile: str | None = None, device: torch.device | str | None = None) -> dict:
-    """Everything above for a run of ``profile`` on ``device`` (the numerics and thread count read
-    now: call it after the app set them, :func:`.runtime.set_threads`)."""
+    """Everything above for a run of `profile` on `device` (the numerics and thread count read
+    now: call it after the app set them, [`runtime.set_threads`][rambo.harness.runtime.set_threads])."""
     return {
         "project": {name: _version(name) for name in DISTRIBUTIONS if _version(name) is not None},
         "git": git_state(),

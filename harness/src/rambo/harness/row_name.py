@@ -1,12 +1,12 @@
-"""One experiment name per paper row: an ``experiment=<row>`` whose loss is overridden on the
+"""One experiment name per paper row: an `experiment=<row>` whose loss is overridden on the
 command line is another row, and must not share the row's output folders and W&B group (an earlier version let
-``experiment=sop_log loss=contrastive`` write into the RaMBO run's folder).
+`experiment=sop_log loss=contrastive` write into the RaMBO run's folder).
 
-:func:`check_row_name` is called by each app's Hydra entry point: it refuses such a run unless it
-is given a name of its own (``experiment_name=...``). Only the loss group counts: data and model
-overrides are also how a row is scaled down (the tiny pipeline's ``data=tiny model=tiny``) or
+[`check_row_name`][rambo.harness.row_name.check_row_name] is called by each app's Hydra entry point: it refuses such a
+run unless it is given a name of its own (`experiment_name=...`). Only the loss group counts: data and model
+overrides are also how a row is scaled down (the tiny pipeline's `data=tiny model=tiny`) or
 pointed at a user's copy; a run of another configuration in an existing folder is refused by the
-resume policy instead (:class:`rambo.harness.resume.RunExistsError`).
+resume policy instead ([`rambo.harness.resume.RunExistsError`][rambo.harness.resume.RunExistsError]).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ ROW_GROUPS = ("loss",)
 
 
 def experiment_groups(experiment_file: Path) -> dict[str, str]:
-    """``{group: option}`` that an experiment config's defaults list sets (``override /loss: x``)."""
+    """`{group: option}` that an experiment config's defaults list sets (`override /loss: x`)."""
     defaults = yaml.safe_load(experiment_file.read_text()).get("defaults", []) or []
     chosen = {}
     for entry in defaults:
@@ -34,7 +34,7 @@ def experiment_groups(experiment_file: Path) -> dict[str, str]:
 def row_name_problem(
     experiment: str | None, experiment_file: Path | None, task_overrides: list[str], experiment_name: str
 ) -> str | None:
-    """Why this run may not keep the row's name, or None. ``task_overrides``: the command line's."""
+    """Why this run may not keep the row's name, or None. `task_overrides`: the command line's."""
     if experiment is None or experiment_file is None or not experiment_file.is_file():
         return None
     given = {item.split("=", 1)[0].lstrip("+~"): item.split("=", 1)[1] for item in task_overrides if "=" in item}
@@ -57,7 +57,8 @@ def row_name_problem(
 
 
 def check_row_name(config_dir: str | Path, experiment_name: str) -> None:
-    """Inside a Hydra app: raise ``ValueError`` (:func:`row_name_problem`) for a renamed-less row override."""
+    """Inside a Hydra app: raise `ValueError` ([`row_name_problem`][rambo.harness.row_name.row_name_problem]) for a
+    renamed-less row override."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():

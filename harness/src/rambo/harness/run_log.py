@@ -1,6 +1,6 @@
 """What a run tells the person watching it: one summary line per epoch and one at the end (metrics,
-and where the outputs are), through :mod:`logging` so that Hydra writes them to the console and to
-the run's ``train.log``. Progress bars only on a terminal: under DVC or a batch scheduler they
+and where the outputs are), through `logging` so that Hydra writes them to the console and to
+the run's `train.log`. Progress bars only on a terminal: under DVC or a batch scheduler they
 would fill the log with thousands of bar updates.
 """
 
@@ -16,7 +16,7 @@ log = logging.getLogger("rambo")
 
 
 def progress(iterable: Iterable, enabled: bool = True, **options) -> Iterable:
-    """``tqdm(iterable)`` when ``enabled`` and stderr is a terminal; else ``iterable`` itself."""
+    """`tqdm(iterable)` when `enabled` and stderr is a terminal; else `iterable` itself."""
     if not (enabled and sys.stderr.isatty()):
         return iterable
     return tqdm(iterable, leave=False, dynamic_ncols=True, **options)
@@ -29,12 +29,12 @@ def _format(value) -> str:
 
 
 def summary_line(prefix: str, values: Mapping) -> str:
-    """``"prefix key value key value ..."`` with floats to 4 significant digits."""
+    """`"prefix key value key value ..."` with floats to 4 significant digits."""
     return " ".join([prefix, *(f"{key} {_format(value)}" for key, value in values.items())])
 
 
 def log_epoch(epoch: int, epochs: int, values: Mapping) -> None:
-    """One line per epoch: ``epoch 3/8 loss 0.1234 lr 0.001 test/R@1 0.54``."""
+    """One line per epoch: `epoch 3/8 loss 0.1234 lr 0.001 test/R@1 0.54`."""
     log.info(summary_line(f"epoch {epoch}/{epochs}", values))
 
 

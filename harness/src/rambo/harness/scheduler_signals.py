@@ -1,37 +1,37 @@
 """The scheduler's signals in a training process: a preempted or timed-out job leaves the way a
 requeue expects, never as a failed run.
 
-SLURM ends a job with ``SIGTERM`` (preemption, ``scontrol requeue``, ``scancel``; ``SIGKILL``
-follows after ``KillWait``) and warns of its time limit with ``USR2`` (``--signal``, sent
-``signal_delay_s`` before it). Under submitit (the apps' ``hydra/launcher=slurm``) the training
-process handles both in Python: ``TERM`` is logged and the process waits for the kill; ``USR2``
+SLURM ends a job with `SIGTERM` (preemption, `scontrol requeue`, `scancel`; `SIGKILL`
+follows after `KillWait`) and warns of its time limit with `USR2` (`--signal`, sent
+`signal_delay_s` before it). Under submitit (the apps' `hydra/launcher=slurm`) the training
+process handles both in Python: `TERM` is logged and the process waits for the kill; `USR2`
 checkpoints the job's call, requeues the job and exits without a result. Two ways this went wrong,
-both measured with ``make test-slurm``:
+both measured with `make test-slurm`:
 
-- At a requeue a DataLoader worker died of the same ``SIGTERM`` (a worker keeps torch's own
-  ``TERM`` handler from its fork until ``worker_init`` ignores the signal) and the training process
+- At a requeue a DataLoader worker died of the same `SIGTERM` (a worker keeps torch's own
+  `TERM` handler from its fork until `worker_init` ignores the signal) and the training process
   raised "DataLoader worker (pid ...) exited unexpectedly": Hydra returned that as the job's result
   and the launcher reported the requeued job failed.
-- A ``USR2`` that came while the job was starting, before submitit had installed its handler,
+- A `USR2` that came while the job was starting, before submitit had installed its handler,
   killed the job (exit 140) instead of requeueing it.
-- A ``USR2`` that came while a DataLoader forked its workers was handled inside the fork's hook,
+- A `USR2` that came while a DataLoader forked its workers was handled inside the fork's hook,
   where Python drops an exception: submitit's exit after its requeue was lost, and the job trained
   on until SLURM killed it.
 
 What this module does about them:
 
-- :func:`hold` notes ``TERM`` and ``USR2`` instead of acting on them. A submitit job holds them
-  from the first import of :mod:`rambo.harness`, which its call's unpickling does before submitit
-  installs its handlers (:func:`hold_while_job_starts`).
-- :func:`scheduler_signals`, around the apps' task function, releases them once submitit's
-  handlers exist (a signal that came meanwhile is handled then: a ``USR2`` requeues the job), notes
+- [`hold`][rambo.harness.scheduler_signals.hold] notes `TERM` and `USR2` instead of acting on them. A submitit job holds
+  them from the first import of `rambo.harness`, which its call's unpickling does before submitit
+  installs its handlers ([`hold_while_job_starts`][rambo.harness.scheduler_signals.hold_while_job_starts]).
+- [`scheduler_signals`][rambo.harness.scheduler_signals.scheduler_signals], around the apps' task function, releases
+  them once submitit's handlers exist (a signal that came meanwhile is handled then: a `USR2` requeues the job), notes
   every signal its handlers receive, keeps the signals blocked across each fork (a DataLoader worker
-  starts with them blocked; :func:`rambo.harness.workers.worker_init` ignores and then unblocks
-  them, so no worker dies of them) with hooks in which no handler runs (a signal that comes during
-  a fork is handled once it has returned: :class:`_ForkGuard`), and turns an exception raised after a signal into the exit a
-  requeue expects: ``SystemExit``, which writes no result, so the launcher waits for the requeued
-  job's. Leaving that way, it ends the workers first (``SIGKILL``, as the scheduler would): they
-  ignore ``TERM``, with which Python's exit would end them. Nothing changes where no Python handler
+  starts with them blocked; [`rambo.harness.workers.worker_init`][rambo.harness.workers.worker_init] ignores and then
+  unblocks them, so no worker dies of them) with hooks in which no handler runs (a signal that comes during
+  a fork is handled once it has returned: `_ForkGuard`), and turns an exception raised after a signal into the exit a
+  requeue expects: `SystemExit`, which writes no result, so the launcher waits for the requeued
+  job's. Leaving that way, it ends the workers first (`SIGKILL`, as the scheduler would): they
+  ignore `TERM`, with which Python's exit would end them. Nothing changes where no Python handler
   is installed (a local run).
 """
 
@@ -57,9 +57,9 @@ def _main_thread() -> bool:
 
 
 def hold() -> None:
-    """Note ``TERM`` and ``USR2`` instead of acting on them (a Python handler: the disposition of
-    the whole process, whichever of its threads the kernel picks) until :func:`release` hands them
-    to the handlers installed by then."""
+    """Note `TERM` and `USR2` instead of acting on them (a Python handler: the disposition of
+    the whole process, whichever of its threads the kernel picks) until
+    [`release`][rambo.harness.scheduler_signals.release] hands them to the handlers installed by then."""
     for number in SIGNALS:
         signal.signal(number, _note_held)
 
@@ -69,8 +69,8 @@ def _note_held(signum, frame) -> None:  # noqa: ARG001 (a signal handler's signa
 
 
 def release() -> None:
-    """Hand the signals noted since :func:`hold` to the handlers installed now (raised again, in
-    the order they came); a signal still noted only gets its default action back first."""
+    """Hand the signals noted since [`hold`][rambo.harness.scheduler_signals.hold] to the handlers installed now (raised
+    again, in the order they came); a signal still noted only gets its default action back first."""
     for number in SIGNALS:
         if signal.getsignal(number) is _note_held:
             signal.signal(number, signal.SIG_DFL)
@@ -96,27 +96,28 @@ def starting_submitit_job() -> bool:
 
 
 def hold_while_job_starts() -> None:
-    """:func:`hold` in a submitit job that has no handlers yet (called when :mod:`rambo.harness` is
-    first imported); elsewhere nothing."""
+    """[`hold`][rambo.harness.scheduler_signals.hold] in a submitit job that has no handlers yet (called when
+    `rambo.harness` is first imported); elsewhere nothing."""
     if starting_submitit_job():
         hold()
 
 
 class _ForkGuard:
-    """The fork hooks that start a DataLoader worker with ``TERM`` and ``USR2`` blocked, written so
+    """The fork hooks that start a DataLoader worker with `TERM` and `USR2` blocked, written so
     that no handler runs inside a fork hook.
 
     Python runs a fork hook from C and prints and drops an exception raised in it: a handler that
-    ran there (submitit's ``USR2`` handler exits after its requeue) lost its exit, and the requeued
+    ran there (submitit's `USR2` handler exits after its requeue) lost its exit, and the requeued
     job trained on until SLURM killed it. So the hooks that block the signals, restore the mask and
-    mark the fork are C calls (ctypes' ``PyDLL``: no Python code runs, so no handler; the GIL stays
+    mark the fork are C calls (ctypes' `PyDLL`: no Python code runs, so no handler; the GIL stays
     held). A signal that arrives while they are blocked is delivered when the mask is restored, by
     the last hook, and handled once the fork has returned. A handler that Python runs inside
     another (Python) fork hook, for a signal another thread received meanwhile, sees the mark and
     defers: the last hook raises that signal again, after the mask is restored.
 
-    The hooks are registered once and stay: outside :func:`scheduler_signals` the set they block is
-    empty (they change nothing)."""
+    The hooks are registered once and stay: outside
+    [`scheduler_signals`][rambo.harness.scheduler_signals.scheduler_signals] the set they block is empty (they change
+    nothing)."""
 
     SET_BYTES = 256  # room for any libc's sigset_t (glibc's: 128 bytes)
 
@@ -162,7 +163,7 @@ class _ForkGuard:
         )
 
     def guard(self, on: bool) -> None:
-        """Block ``TERM`` and ``USR2`` across every fork from now on, or no longer."""
+        """Block `TERM` and `USR2` across every fork from now on, or no longer."""
         self.sigemptyset(self.ctypes.addressof(self.blocked))
         for number in SIGNALS if on else ():
             self.sigaddset(self.ctypes.addressof(self.blocked), int(number))
@@ -175,7 +176,7 @@ class _ForkGuard:
 
 
 def _fork_guard() -> _ForkGuard | None:
-    """The process's :class:`_ForkGuard`, made at the first call; ``None`` where there is no fork
+    """The process's `_ForkGuard`, made at the first call; `None` where there is no fork
     (Windows) or no libc to call."""
     if "fork_guard" not in _state:
         guard = None
@@ -193,9 +194,9 @@ def _after_fork_in_child() -> None:
 
 
 def _end_workers() -> None:
-    """End this process's forked children (its DataLoader workers) with ``SIGKILL``, as the
-    scheduler's kill would: they ignore ``TERM``, which is how Python's exit ends them, and hold
-    nothing to save. torch's ``SIGCHLD`` check is switched off first (the run is over)."""
+    """End this process's forked children (its DataLoader workers) with `SIGKILL`, as the
+    scheduler's kill would: they ignore `TERM`, which is how Python's exit ends them, and hold
+    nothing to save. torch's `SIGCHLD` check is switched off first (the run is over)."""
     import multiprocessing
 
     if hasattr(signal, "SIGCHLD") and _main_thread():
@@ -215,10 +216,10 @@ def scheduler_signals():
     """The training process's side of a scheduler's signals (see the module docstring); yields the
     list of the signal numbers received so far.
 
-    Where ``TERM`` or ``USR2`` has a Python handler (submitit's), each is wrapped to note the signal
+    Where `TERM` or `USR2` has a Python handler (submitit's), each is wrapped to note the signal
     before it runs; the signals are released (a pending one is handled at once); while the block
     runs, every fork starts with them blocked; an exception that leaves the block after a signal
-    was received is logged in one line and becomes ``SystemExit(-1)``, submitit's exit after a
+    was received is logged in one line and becomes `SystemExit(-1)`, submitit's exit after a
     requeue, which writes no result. Where neither has one, it only releases them."""
     handlers = {number: signal.getsignal(number) for number in SIGNALS} if _main_thread() else {}
     handled = {number: handler for number, handler in handlers.items() if callable(handler)}

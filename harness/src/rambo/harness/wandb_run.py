@@ -1,10 +1,11 @@
-"""Weights & Biases: the mode is decided *before* ``wandb.init``, so a run never waits on the network.
+"""Weights & Biases: the mode is decided *before* `wandb.init`, so a run never waits on the network.
 
-``auto`` resolves to ``WANDB_MODE`` when that is set, to ``online`` when an API key is available
-(``WANDB_API_KEY`` or ``api.wandb.ai`` in ``~/.netrc``), and to ``offline`` otherwise; tests pass
-``disabled``. The JSON files a run writes stay its record; W&B mirrors them.
+`auto` resolves to `WANDB_MODE` when that is set, to `online` when an API key is available
+(`WANDB_API_KEY` or `api.wandb.ai` in `~/.netrc`), and to `offline` otherwise; tests pass
+`disabled`. The JSON files a run writes stay its record; W&B mirrors them.
 
-:func:`wandb_keys` gives the flat keys a dashboard filters runs by, the same for both apps.
+[`wandb_keys`][rambo.harness.wandb_run.wandb_keys] gives the flat keys a dashboard filters runs by, the same for both
+apps.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def api_key_available() -> bool:
 
 
 def decide_mode(requested: str) -> str:
-    """The mode a run will use; ``ValueError`` for an unknown one."""
+    """The mode a run will use; `ValueError` for an unknown one."""
     if requested not in MODES:
         raise ValueError(f"wandb.mode must be one of {MODES}, got {requested!r}")
     if requested != "auto":
@@ -38,13 +39,13 @@ def decide_mode(requested: str) -> str:
 
 
 def wandb_keys(cfg, task: str) -> dict:
-    """The flat keys a W&B dashboard filters runs by (:class:`rambo.harness.run.TrainingRun`): ``task``
-    (retrieval, detection), dataset, loss_name, lambda, margin, tau and seed of the run config ``cfg``.
+    """The flat keys a W&B dashboard filters runs by ([`rambo.harness.run.TrainingRun`][rambo.harness.run.TrainingRun]):
+    `task` (retrieval, detection), dataset, loss_name, lambda, margin, tau and seed of the run config `cfg`.
 
-    Lambda and the margin are the loss group's (``loss.lam``, ``loss.margin``: the rank losses of
+    Lambda and the margin are the loss group's (`loss.lam`, `loss.margin`: the rank losses of
     both apps); a loss without them reports its module's own (retrieval's contrastive loss has a
-    margin of its own, ``loss.module.margin``), looked up inside a memory that wraps the loss
-    (``loss.module.loss``), else ``None``."""
+    margin of its own, `loss.module.margin`), looked up inside a memory that wraps the loss
+    (`loss.module.loss`), else `None`."""
     loss = cfg.loss
     inner = loss.module.get("loss", loss.module)  # a memory wraps the rank loss
     return {
@@ -68,9 +69,9 @@ def start_run(
     job_type: str = "train",
     run_id: str | None = None,
 ):
-    """``wandb.init`` (group = experiment, one run per seed); ``None`` when the mode is ``disabled``.
+    """`wandb.init` (group = experiment, one run per seed); `None` when the mode is `disabled`.
 
-    ``run_id`` (kept in the checkpoint) continues the same W&B run after a resume.
+    `run_id` (kept in the checkpoint) continues the same W&B run after a resume.
     """
     mode = decide_mode(mode)
     if mode == "disabled":

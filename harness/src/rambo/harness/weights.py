@@ -2,14 +2,14 @@
 where the runs will read it and its SHA-256 compared with the expected one.
 
 The expected hash is torch.hub's convention for checkpoint files: the hex digits after the last
-``-`` of the official file name (``resnet50-0676ba61.pth``, open-mmlab's
-``resnext101_32x4d-a5af3160.pth``) are the first digits of the SHA-256 of the whole file
-(``torch.hub.HASH_REGEX``; ``torch.hub.download_url_to_file`` refuses a download whose digest does
+`-` of the official file name (`resnet50-0676ba61.pth`, open-mmlab's
+`resnext101_32x4d-a5af3160.pth`) are the first digits of the SHA-256 of the whole file
+(`torch.hub.HASH_REGEX`; `torch.hub.download_url_to_file` refuses a download whose digest does
 not start with them). The whole file is hashed and its hex digest must start with those digits.
 
-A ``SHA256SUMS`` file (the ``sha256sum`` format: ``<sha256>  <official file name>`` per line)
-replaces the expected hash of the files it lists, as a mirror's ``MD5SUMS`` does for archives
-(:mod:`rambo.harness.mirror`): ``make paper-smoke`` checks small stand-in files that way, which the
+A `SHA256SUMS` file (the `sha256sum` format: `<sha256>  <official file name>` per line)
+replaces the expected hash of the files it lists, as a mirror's `MD5SUMS` does for archives
+([`rambo.harness.mirror`][rambo.harness.mirror]): `make paper-smoke` checks small stand-in files that way, which the
 official hashes refuse. Nothing is downloaded here.
 """
 
@@ -36,7 +36,7 @@ class WeightsError(RuntimeError):
 
 
 def hash_prefix(filename: str) -> str:
-    """The SHA-256 prefix in an official checkpoint file name (torch.hub's ``HASH_REGEX``)."""
+    """The SHA-256 prefix in an official checkpoint file name (torch.hub's `HASH_REGEX`)."""
     match = torch.hub.HASH_REGEX.search(filename)
     if match is None or not match.group(1):
         raise ValueError(f"{filename!r} carries no SHA-256 prefix (torch.hub's '<name>-<hex digits>.<ext>')")
@@ -53,7 +53,7 @@ def sha256_of(path: str | os.PathLike) -> str:
 
 
 def parse_sha256sums(text: str, origin: str = SHA256SUMS) -> dict[str, str]:
-    """``{filename: sha256}`` from ``sha256sum`` output (``<sha256>  <name>`` or ``<sha256> *<name>``)."""
+    """`{filename: sha256}` from `sha256sum` output (`<sha256>  <name>` or `<sha256> *<name>`)."""
     sums = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -67,7 +67,7 @@ def parse_sha256sums(text: str, origin: str = SHA256SUMS) -> dict[str, str]:
 
 
 def read_sha256sums(path: str | os.PathLike) -> dict[str, str]:
-    """The ``SHA256SUMS`` file at ``path`` as ``{filename: sha256}``."""
+    """The `SHA256SUMS` file at `path` as `{filename: sha256}`."""
     path = Path(path)
     if not path.is_file():
         raise WeightsError(f"the hashes file {path} does not exist")
@@ -75,7 +75,7 @@ def read_sha256sums(path: str | os.PathLike) -> dict[str, str]:
 
 
 def write_sha256sums(target: str | os.PathLike, files: Iterable[str | os.PathLike]) -> Path:
-    """Write ``target`` (a ``SHA256SUMS`` file, atomically) listing each of ``files`` by its file name."""
+    """Write `target` (a `SHA256SUMS` file, atomically) listing each of `files` by its file name."""
     sums = {Path(f).name: sha256_of(f) for f in files}
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -85,8 +85,8 @@ def write_sha256sums(target: str | os.PathLike, files: Iterable[str | os.PathLik
 
 @dataclass(frozen=True)
 class WeightsFile:
-    """One weights file some rows load: the backbone, its official ``url``, where the runs read it
-    (``path``: ``model.weights_path``, else the torch hub cache) and the rows that need it."""
+    """One weights file some rows load: the backbone, its official `url`, where the runs read it
+    (`path`: `model.weights_path`, else the torch hub cache) and the rows that need it."""
 
     backbone: str
     url: str
@@ -95,12 +95,12 @@ class WeightsFile:
 
     @property
     def filename(self) -> str:
-        """The official file name (the last part of ``url``); its digits are the expected hash."""
+        """The official file name (the last part of `url`); its digits are the expected hash."""
         return self.url.rsplit("/", 1)[-1]
 
 
 def _rows_text(rows: tuple[str, ...]) -> str:
-    """`` (rows a, b, c and 4 more)``: which rows need a file, short enough for one line."""
+    """` (rows a, b, c and 4 more)`: which rows need a file, short enough for one line."""
     if not rows:
         return ""
     more = f" and {len(rows) - 3} more" if len(rows) > 4 else ""
@@ -110,11 +110,11 @@ def _rows_text(rows: tuple[str, ...]) -> str:
 def check_weights(
     files: Iterable[WeightsFile], sums: Mapping[str, str] | None = None, sums_origin: str = SHA256SUMS
 ) -> list[Path]:
-    """Hash every file and return their paths; one :class:`WeightsError` naming every missing file
-    (its path and a ``wget`` line) and every wrong one (the SHA-256 found and the one expected).
+    """Hash every file and return their paths; one [`WeightsError`][rambo.harness.weights.WeightsError] naming every
+    missing file (its path and a `wget` line) and every wrong one (the SHA-256 found and the one expected).
 
     The expected hash of a file is the prefix in its official name, or the full SHA-256 that
-    ``sums`` (read from ``sums_origin``) lists under that name; a line on stderr says when the
+    `sums` (read from `sums_origin`) lists under that name; a line on stderr says when the
     listed one is used.
     """
     sums = dict(sums or {})

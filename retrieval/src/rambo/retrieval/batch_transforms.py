@@ -1,29 +1,30 @@
 """The paper's training augmentation (random resized crop + horizontal flip, as
-:func:`.transforms.train_transform`) on a whole batch of same-size ``uint8`` images at once.
+[`transforms.train_transform`][rambo.retrieval.transforms.train_transform]) on a whole batch of same-size `uint8` images
+at once.
 
-Per image, :func:`.transforms.train_transform` costs a PIL crop, a PIL resize, a flip and a
-tensor conversion: at 32 px that is most of a CPU training step. Here every draw is one tensor
+Per image, [`transforms.train_transform`][rambo.retrieval.transforms.train_transform] costs a PIL crop, a PIL resize, a
+flip and a tensor conversion: at 32 px that is most of a CPU training step. Here every draw is one tensor
 op over the batch:
 
-* :func:`random_resized_crop_boxes`: one crop box per image, drawn as torchvision's
-  ``RandomResizedCrop.get_params`` draws it (area fraction uniform in ``scale``, log aspect
-  ratio uniform in ``log(ratio)``, integer sides rounded, the first of 10 attempts that fits,
+* [`random_resized_crop_boxes`][rambo.retrieval.batch_transforms.random_resized_crop_boxes]: one crop box per image,
+  drawn as torchvision's `RandomResizedCrop.get_params` draws it (area fraction uniform in `scale`, log aspect
+  ratio uniform in `log(ratio)`, integer sides rounded, the first of 10 attempts that fits,
   else the central crop of the nearest allowed ratio; the offset uniform over the positions);
-* :func:`resized_crops`: every box resampled to ``size x size`` in one ``roi_align`` call
-  (bilinear; several samples per output pixel when a crop is larger than the output);
-* a horizontal flip of each image with probability ``flip_probability``, then the ImageNet
+* [`resized_crops`][rambo.retrieval.batch_transforms.resized_crops]: every box resampled to `size x size` in one
+  `roi_align` call (bilinear; several samples per output pixel when a crop is larger than the output);
+* a horizontal flip of each image with probability `flip_probability`, then the ImageNet
   normalisation.
 
 One difference in the resampling: torchvision crops, then resizes the crop alone, so output
-pixels within half a pixel of the crop's edge repeat its edge pixels; ``roi_align`` samples the
+pixels within half a pixel of the crop's edge repeat its edge pixels; `roi_align` samples the
 image itself there, reading the pixels just outside the box. Away from the border the two agree
 exactly (bilinear upsampling; the test checks it).
 
-Randomness comes from ``generator`` (a ``torch.Generator``), or, when it is ``None``, from torch's
+Randomness comes from `generator` (a `torch.Generator`), or, when it is `None`, from torch's
 global generator, which checkpoints save and restore: a resumed run draws what an uninterrupted
-one would. Or, with ``seeds`` (one per image), each image's crop and flip come from its own seed
-(:data:`DRAWS_PER_IMAGE` uniform numbers of ``torch.Generator().manual_seed(seed)``): the training
-loader's way (:mod:`.sample_seeds`), so the batch is the same whichever process collates it.
+one would. Or, with `seeds` (one per image), each image's crop and flip come from its own seed
+(`DRAWS_PER_IMAGE` uniform numbers of `torch.Generator().manual_seed(seed)`): the training
+loader's way ([`sample_seeds`][rambo.retrieval.sample_seeds]), so the batch is the same whichever process collates it.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _check_range(values: tuple[float, float], name: str) -> tuple[float, float]:
 
 
 def _central_fallback(height: int, width: int, ratio: tuple[float, float]) -> tuple[int, int]:
-    """``(crop_height, crop_width)`` when no attempt fits: the whole image, cut to the nearest ratio."""
+    """`(crop_height, crop_width)` when no attempt fits: the whole image, cut to the nearest ratio."""
     image_ratio = width / height
     if image_ratio < ratio[0]:
         return int(round(width / ratio[0])), width
@@ -61,13 +62,13 @@ def _central_fallback(height: int, width: int, ratio: tuple[float, float]) -> tu
 
 
 def _uniform_offsets(room: torch.Tensor, draw: torch.Tensor) -> torch.Tensor:
-    """One integer uniform in ``0..room[i]`` for each ``i``, from ``draw[i]`` uniform in ``[0, 1)``."""
+    """One integer uniform in `0..room[i]` for each `i`, from `draw[i]` uniform in `[0, 1)`."""
     return torch.minimum((draw * (room + 1)).floor().long(), room)
 
 
 def seeded_draws(seeds, count: int) -> torch.Tensor:
-    """``float64 [len(seeds), count]``: row ``i`` the first ``count`` numbers uniform in ``[0, 1)``
-    of ``torch.Generator().manual_seed(seeds[i])``."""
+    """`float64 [len(seeds), count]`: row `i` the first `count` numbers uniform in `[0, 1)`
+    of `torch.Generator().manual_seed(seeds[i])`."""
     rows = [
         torch.rand(count, dtype=torch.float64, generator=torch.Generator().manual_seed(int(seed))) for seed in seeds
     ]
@@ -83,18 +84,18 @@ def random_resized_crop_boxes(
     generator: torch.Generator | None = None,
     draws: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``count`` random crop boxes of a ``height x width`` image: ``LongTensor [count, 4]`` of
-    ``(top, left, crop_height, crop_width)``, every box inside the image.
+    """`count` random crop boxes of a `height x width` image: `LongTensor [count, 4]` of
+    `(top, left, crop_height, crop_width)`, every box inside the image.
 
-    The distribution of torchvision's ``RandomResizedCrop``: for each box, up to
-    :data:`CROP_ATTEMPTS` draws of an area (a fraction uniform in ``scale`` of the image's) and a
-    width / height ratio (log-uniform in ``ratio``); the first draw whose rounded sides fit the
+    The distribution of torchvision's `RandomResizedCrop`: for each box, up to
+    `CROP_ATTEMPTS` draws of an area (a fraction uniform in `scale` of the image's) and a
+    width / height ratio (log-uniform in `ratio`); the first draw whose rounded sides fit the
     image is kept, at a uniformly drawn position. When none fits, the box is the central crop of
-    the whole image cut to the nearest ratio in ``ratio``. All attempts are drawn at once (the
+    the whole image cut to the nearest ratio in `ratio`. All attempts are drawn at once (the
     ones after the kept one are drawn and unused), so the batch costs a few tensor ops.
 
-    ``draws``: ``float64 [count, DRAWS_PER_BOX]`` numbers uniform in ``[0, 1)`` to use instead of
-    ``generator`` (the areas, the ratios, the top and the left offset of each box, in that order).
+    `draws`: `float64 [count, DRAWS_PER_BOX]` numbers uniform in `[0, 1)` to use instead of
+    `generator` (the areas, the ratios, the top and the left offset of each box, in that order).
     """
     scale, ratio = _check_range(scale, "scale"), _check_range(ratio, "ratio")
     if scale[1] > 1:
@@ -132,12 +133,12 @@ def random_resized_crop_boxes(
 
 
 def resized_crops(images: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tensor:
-    """Crop box ``boxes[i]`` (``(top, left, height, width)``) of ``images[i]`` and resample it to
-    ``size x size``: ``[B, C, H, W]`` float -> ``[B, C, size, size]``, bilinear, in one call.
+    """Crop box `boxes[i]` (`(top, left, height, width)`) of `images[i]` and resample it to
+    `size x size`: `[B, C, H, W]` float -> `[B, C, size, size]`, bilinear, in one call.
 
-    A pixel ``(row, col)`` covers ``[col, col + 1] x [row, row + 1]`` and its value sits at its
-    centre, as in ``interpolate(..., align_corners=False)``; a box larger than the output averages
-    ``ceil(box side / size)`` samples per side in each output pixel (antialiasing).
+    A pixel `(row, col)` covers `[col, col + 1] x [row, row + 1]` and its value sits at its
+    centre, as in `interpolate(..., align_corners=False)`; a box larger than the output averages
+    `ceil(box side / size)` samples per side in each output pixel (antialiasing).
     """
     if images.ndim != 4 or boxes.shape != (images.shape[0], 4):
         raise ValueError(
@@ -150,13 +151,14 @@ def resized_crops(images: torch.Tensor, boxes: torch.Tensor, size: int) -> torch
 
 
 class BatchTrainAugmentation:
-    """``uint8 [B, 3, H, W]`` images -> ``float32 [B, 3, image_size, image_size]``: random resized
+    """`uint8 [B, 3, H, W]` images -> `float32 [B, 3, image_size, image_size]`: random resized
     crop, horizontal flip and ImageNet normalisation per image, drawn for the batch at once.
 
-    The batch version of :func:`.transforms.train_transform` (same parameters and defaults), for
-    images already decoded into one tensor (:class:`.in_memory_dataset.InMemoryImageDataset`).
-    :meth:`collate` is a ``DataLoader`` ``collate_fn``: it stacks ``(image, label, index)`` items
-    and augments the stacked images.
+    The batch version of [`transforms.train_transform`][rambo.retrieval.transforms.train_transform] (same parameters and
+    defaults), for images already decoded into one tensor
+    ([`in_memory_dataset.InMemoryImageDataset`][rambo.retrieval.in_memory_dataset.InMemoryImageDataset]).
+    [`collate`][rambo.retrieval.batch_transforms.BatchTrainAugmentation.collate] is a `DataLoader` `collate_fn`: it
+    stacks `(image, label, index)` items and augments the stacked images.
     """
 
     def __init__(
@@ -176,8 +178,8 @@ class BatchTrainAugmentation:
         self.std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None, seeds=None) -> torch.Tensor:
-        """The augmented batch; draws the crop boxes, then the flips, from ``generator``, or each
-        image's from its own seed in ``seeds`` (:func:`seeded_draws`)."""
+        """The augmented batch; draws the crop boxes, then the flips, from `generator`, or each
+        image's from its own seed in `seeds` ([`seeded_draws`][rambo.retrieval.batch_transforms.seeded_draws])."""
         if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
             raise ValueError(f"need uint8 images [B, 3, H, W], got {images.dtype} {tuple(images.shape)}")
         count, _, height, width = images.shape
@@ -196,10 +198,10 @@ class BatchTrainAugmentation:
         return (crops - self.mean) / self.std
 
     def collate(self, items: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(images, labels, indices)`` of a list of ``(uint8 image, label, index)`` items, the
+        """`(images, labels, indices)` of a list of `(uint8 image, label, index)` items, the
         images augmented: from torch's global generator (one draw per batch, in the loading
-        process), or, for ``(uint8 image, label, index, seed)`` items
-        (:class:`.sample_seeds.SeededSamples`), each image from its own seed."""
+        process), or, for `(uint8 image, label, index, seed)` items
+        ([`sample_seeds.SeededSamples`][rambo.retrieval.sample_seeds.SeededSamples]), each image from its own seed."""
         if items and len(items[0]) == 4:
             images, labels, indices = default_collate([item[:3] for item in items])
             return self(images, seeds=[item[3] for item in items]), labels, indices

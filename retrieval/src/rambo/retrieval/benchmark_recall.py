@@ -2,9 +2,9 @@
 
     python -m rambo.retrieval.benchmark_recall [--n 60502 --dim 512 --threads 2 --out FILE]
 
-Times ``rambo.retrieval.evaluate.recall_at_k`` (faiss exact k-NN, K = 1, 10, 100, 1000, query
-masked out of its own neighbours) on ``n x dim`` random unit embeddings with ~5 images per class
-(SOP's test split: 60,502 images, 11,316 classes), beside one ``[n, dim] @ [dim, n]`` float32
+Times `rambo.retrieval.evaluate.recall_at_k` (faiss exact k-NN, K = 1, 10, 100, 1000, query
+masked out of its own neighbours) on `n x dim` random unit embeddings with ~5 images per class
+(SOP's test split: 60,502 images, 11,316 classes), beside one `[n, dim] @ [dim, n]` float32
 product (the score matrix every exact method has to compute). Target: within 1.5x.
 Not run by the tests.
 """

@@ -4,10 +4,10 @@
     python -m rambo.retrieval.benchmark_two_pass --device cuda --backbone resnet50 --image-size 224
 
 Each batch size runs in a fresh subprocess so the peaks do not mix. On CUDA the peak is
-``torch.cuda.max_memory_allocated``; on CPU it is the process's peak resident set size
-(``ru_maxrss``), printed beside its increase over the RSS before the batch was created (the
+`torch.cuda.max_memory_allocated`; on CPU it is the process's peak resident set size
+(`ru_maxrss`), printed beside its increase over the RSS before the batch was created (the
 imported libraries and the model). Target: batch 1024 within 1.3x of batch 128. Prints
-numbers only; the JSON goes to ``--out`` when given.
+numbers only; the JSON goes to `--out` when given.
 """
 
 from __future__ import annotations

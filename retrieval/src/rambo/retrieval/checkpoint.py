@@ -1,6 +1,7 @@
-"""A trained embedding model back from a checkpoint of :mod:`.train` (the per-epoch
-``checkpoint.pt`` or ``best_validation.pt``), for evaluation and export. Loading goes through
-:func:`rambo.harness.checkpoint.load_checkpoint` (``weights_only=True``), so any path is safe."""
+"""A trained embedding model back from a checkpoint of [`train`][rambo.retrieval.train] (the per-epoch
+`checkpoint.pt` or `best_validation.pt`), for evaluation and export. Loading goes through
+[`rambo.harness.checkpoint.load_checkpoint`][rambo.harness.checkpoint.load_checkpoint] (`weights_only=True`), so any
+path is safe."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from .model import EmbeddingNet, build_model
 
 
 def load_trained_model(path: str | Path) -> tuple[EmbeddingNet, dict]:
-    """``(model in eval mode, the run's resolved configuration)``; ``ValueError`` naming the file
+    """`(model in eval mode, the run's resolved configuration)`; `ValueError` naming the file
     when it is not a retrieval training checkpoint."""
     state = load_checkpoint(path)
     try:

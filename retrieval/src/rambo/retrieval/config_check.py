@@ -1,11 +1,12 @@
-"""The retrieval run's config checked before anything is created (:mod:`rambo.harness.config_check`).
+"""The retrieval run's config checked before anything is created
+([`rambo.harness.config_check`][rambo.harness.config_check]).
 
-:func:`problems` is what ``configs/train.yaml`` names under ``hydra.callbacks``: every numeric
-option and its range, the batch's shape (a multiple of the samples per class), the choices of the
-string options, and the data folder: a ``data.root`` given on the command line is the data, read
-and never written (:func:`data_problems`), and its splits must hold the classes the run needs
-(:func:`split_problems`: the validation hold-out, a batch, the test split), counted from its
-folders or index files.
+[`problems`][rambo.retrieval.config_check.problems] is what `configs/train.yaml` names under `hydra.callbacks`: every
+numeric option and its range, the batch's shape (a multiple of the samples per class), the choices of the
+string options, and the data folder: a `data.root` given on the command line is the data, read
+and never written ([`data_problems`][rambo.retrieval.config_check.data_problems]), and its splits must hold the classes
+the run needs ([`split_problems`][rambo.retrieval.config_check.split_problems]: the validation hold-out, a batch, the
+test split), counted from its folders or index files.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ CHOICES = {
 
 
 def batch_problems(cfg: DictConfig) -> list[Problem]:
-    """The batch's shape: ``batch_size`` a multiple of ``data.sampler.samples_per_class`` (and an
-    even number of classes for the super-label sampler's ``halves``)."""
+    """The batch's shape: `batch_size` a multiple of `data.sampler.samples_per_class` (and an
+    even number of classes for the super-label sampler's `halves`)."""
     batch, per_class = select(cfg, "batch_size", None), select(cfg, "data.sampler.samples_per_class", None)
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (batch, per_class)):
         return []  # the ranges say what is wrong
@@ -95,16 +96,16 @@ def batch_problems(cfg: DictConfig) -> list[Problem]:
 
 
 def synthetic_command(root: Path, generate: DictConfig) -> str:
-    """The generator's command line that writes this config's synthetic set at ``root``."""
+    """The generator's command line that writes this config's synthetic set at `root`."""
     params = {k: v for k, v in asdict(SyntheticParameters(**generate)).items() if k != "generator_version"}
     flags = " ".join(f"--{key.replace('_', '-')} {value}" for key, value in params.items())
     return f"python -m rambo.retrieval.datasets.synthetic {shlex.quote(str(root))} {flags}"
 
 
 def data_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
-    """The data folder. A ``data.root`` named on the command line is read, never created or
-    written: it must hold the layout of ``data.name`` (or, for ``data=synthetic``, this config's
-    synthetic set). Where ``data.root`` is not named the profile's folder is used as it is: the
+    """The data folder. A `data.root` named on the command line is read, never created or
+    written: it must hold the layout of `data.name` (or, for `data=synthetic`, this config's
+    synthetic set). Where `data.root` is not named the profile's folder is used as it is: the
     synthetic set is generated there (and, under the mini and tiny profiles, stands in for the
     row's dataset), and a real dataset must have been prepared there."""
     data = cfg.data
@@ -134,15 +135,16 @@ def data_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
 
 
 def held_out(fraction: float, classes: int) -> int:
-    """How many of a super-label's ``classes`` the validation split holds out at ``fraction``:
-    ``round(fraction x classes)``, as :func:`~.validation_split.split_validation_classes` rounds it."""
+    """How many of a super-label's `classes` the validation split holds out at `fraction`:
+    `round(fraction x classes)`, as
+    [`split_validation_classes`][rambo.retrieval.validation_split.split_validation_classes] rounds it."""
     return int(round(fraction * classes))
 
 
 def fewest_training_classes(fraction: float, per_batch: int) -> int:
-    """The fewest training classes (of one super-label) a run needs: at ``fraction`` > 0 a
+    """The fewest training classes (of one super-label) a run needs: at `fraction` > 0 a
     validation hold-out of at least 2 classes (Recall@K ranks a class among others), and
-    ``max(2, per_batch)`` left to train on (a rank loss needs another class in the batch)."""
+    `max(2, per_batch)` left to train on (a rank loss needs another class in the batch)."""
     classes = 2
     while (fraction and held_out(fraction, classes) < 2) or classes - held_out(fraction, classes) < max(2, per_batch):
         classes += 1
@@ -150,8 +152,9 @@ def fewest_training_classes(fraction: float, per_batch: int) -> int:
 
 
 def overrides_that_fit(cfg: DictConfig, classes: int) -> str | None:
-    """The overrides with which ``classes`` training classes (of one super-label) fill this run
-    (:func:`fewest_training_classes`), or None when no override can (fewer than 2)."""
+    """The overrides with which `classes` training classes (of one super-label) fill this run
+    ([`fewest_training_classes`][rambo.retrieval.config_check.fewest_training_classes]), or None when no override can
+    (fewer than 2)."""
     if classes < 2:
         return None
     fraction, per_class = cfg.validation_fraction, cfg.data.sampler.samples_per_class
@@ -165,8 +168,9 @@ def overrides_that_fit(cfg: DictConfig, classes: int) -> str | None:
 
 
 def shortage(cfg: DictConfig, found: Census, need: int) -> str:
-    """The line that refuses training classes fewer than ``need`` (:func:`fewest_training_classes`):
-    how many there are, how many the run needs and why, and what helps."""
+    """The line that refuses training classes fewer than `need`
+    ([`fewest_training_classes`][rambo.retrieval.config_check.fewest_training_classes]): how many there are, how many
+    the run needs and why, and what helps."""
     fraction, per_class, batch = cfg.validation_fraction, cfg.data.sampler.samples_per_class, cfg.batch_size
     per_batch, classes, held = batch // per_class, found.train.num_classes, held_out(cfg.validation_fraction, need)
     reasons = []
@@ -259,7 +263,8 @@ def training_problems(cfg: DictConfig, found: Census) -> list[Problem]:
 def evaluation_problems(found: Census) -> list[Problem]:
     """The test split's classes: at least 2, and a query with a match (a class of 2 images or more;
     In-shop: a query whose item is in the gallery). The second half of one list of classes holds
-    at least as many classes as the first, the training half: :func:`shortage` counts those."""
+    at least as many classes as the first, the training half: [`shortage`][rambo.retrieval.config_check.shortage] counts
+    those."""
     test = found.test
     if test.num_classes < 2 and not found.halves:  # one list cut in halves: the training half says how many
         return [
@@ -292,8 +297,8 @@ def evaluation_problems(found: Census) -> list[Problem]:
 
 def split_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
     """Whether the dataset's splits hold the classes this run needs, counted from its folders or
-    index files (no image is opened: :mod:`.datasets.census`): the training split enough classes
-    for the validation hold-out and a batch, the validation and test splits 2 classes or more and
+    index files (no image is opened: [`datasets.census`][rambo.retrieval.datasets.census]): the training split enough
+    classes for the validation hold-out and a batch, the validation and test splits 2 classes or more and
     a class of 2 images or more. Nothing when the data is still to be generated."""
     from copy import deepcopy
 
@@ -311,7 +316,7 @@ def split_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
 
 
 def problems(cfg: DictConfig) -> list[Problem]:
-    """Every problem of the composed run config ``cfg`` (with or without its ``hydra`` node)."""
+    """Every problem of the composed run config `cfg` (with or without its `hydra` node)."""
     found = without_derived(cfg, bound_problems(cfg, BOUNDS) + choice_problems(cfg, CHOICES))
     found += batch_problems(cfg)
     overrides = task_overrides(cfg)

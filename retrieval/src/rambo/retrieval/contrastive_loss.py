@@ -10,12 +10,12 @@ from rambo.core.pairwise import check_labels, unit_rows
 
 
 class ContrastiveLoss(torch.nn.Module):
-    """``L = mean_{(i,j) positive} d_ij^2 + mean_{(i,j) negative} max(0, margin - d_ij)^2``.
+    """`L = mean_{(i,j) positive} d_ij^2 + mean_{(i,j) negative} max(0, margin - d_ij)^2`.
 
-    ``d_ij = ||e_i - e_j||`` between unit embeddings (so ``d_ij^2 = 2 - 2 cos_ij``), over the
-    ordered pairs ``i != j`` of the batch. Positive and negative terms are averaged separately
+    `d_ij = ||e_i - e_j||` between unit embeddings (so `d_ij^2 = 2 - 2 cos_ij`), over the
+    ordered pairs `i != j` of the batch. Positive and negative terms are averaged separately
     so that the ~1:C ratio of positive to negative pairs in a batch does not drown the positives.
-    Called as ``loss(embeddings [B, D], labels [B])``.
+    Called as `loss(embeddings [B, D], labels [B])`.
 
     Args:
         margin: distance beyond which a negative pair costs nothing (in [0, 2]).

@@ -3,8 +3,8 @@ no configuration, only objects, so a user's own loop can call them.
 
 Evaluation reports two protocols, labelled:
 
-* ``paper_protocol``: the evaluation with the best test R@1 (Kim et al. 2018, as the paper does);
-* ``fair_protocol``: the test metrics of the evaluation with the best *validation* R@1.
+* `paper_protocol`: the evaluation with the best test R@1 (Kim et al. 2018, as the paper does);
+* `fair_protocol`: the test metrics of the evaluation with the best *validation* R@1.
 """
 
 from __future__ import annotations
@@ -31,17 +31,17 @@ COLLAPSE_COSINE = 0.99
 def train_one_epoch(
     model, loader, loss_fn, optimizer, two_pass_chunk_size: int | None = None, *, options: EngineOptions
 ) -> float:
-    """One pass over ``loader`` (``(images, labels, index)`` batches); returns the mean loss.
-    A non-finite loss is a ``FloatingPointError``: before its step on the CPU, at the end of the
-    epoch on a GPU (losses summed on the device, :mod:`rambo.harness.loss_sums`).
+    """One pass over `loader` (`(images, labels, index)` batches); returns the mean loss.
+    A non-finite loss is a `FloatingPointError`: before its step on the CPU, at the end of the
+    epoch on a GPU (losses summed on the device, [`rambo.harness.loss_sums`][rambo.harness.loss_sums]).
 
     The loss is over the global batch: under several processes the loss gathers the embeddings
-    itself (:mod:`rambo.core.distributed`; ``global_batch=True``, the default of every embedding-level
-    loss); ``two_pass_chunk_size`` switches to the two-pass chunked backward.
-    ``options``: device, forward context, memory format, progress bar and its label
-    (:class:`rambo.harness.engine_options.EngineOptions`); the embeddings reach the loss in float32
-    and outside the autocast context, so the rank losses never rank bf16 scores; with
-    ``channels_last`` the image batches are channels-last (the model's format is the caller's).
+    itself ([`rambo.core.distributed`][rambo.core.distributed]; `global_batch=True`, the default of every
+    embedding-level loss); `two_pass_chunk_size` switches to the two-pass chunked backward.
+    `options`: device, forward context, memory format, progress bar and its label
+    ([`rambo.harness.engine_options.EngineOptions`][rambo.harness.engine_options.EngineOptions]); the embeddings reach
+    the loss in float32 and outside the autocast context, so the rank losses never rank bf16 scores; with
+    `channels_last` the image batches are channels-last (the model's format is the caller's).
     """
     device, autocast, description = options.device, options.autocast, options.description
     model.train()
@@ -70,11 +70,12 @@ def train_one_epoch(
 
 
 def evaluate(model, splits: dict, ks, batch_size: int, num_workers: int, *, options: EngineOptions) -> dict:
-    """``{"validation": metrics, "test": metrics}`` of ``model`` (``"validation"`` when ``splits``
-    has one; the test split is ``"test"`` or ``"query"`` + ``"gallery"``). Each holds
-    ``mean_cosine`` as well, the spread of its embeddings (:func:`collapse_warning`). ``options``:
-    the device, ``autocast`` and ``channels_last`` as in training (:func:`.evaluate.compute_embeddings`:
-    float32 embeddings); no progress bar."""
+    """`{"validation": metrics, "test": metrics}` of `model` (`"validation"` when `splits`
+    has one; the test split is `"test"` or `"query"` + `"gallery"`). Each holds
+    `mean_cosine` as well, the spread of its embeddings ([`collapse_warning`][rambo.retrieval.engine.collapse_warning]).
+    `options`: the device, `autocast` and `channels_last` as in training
+    ([`evaluate.compute_embeddings`][rambo.retrieval.evaluate.compute_embeddings]: float32 embeddings); no progress
+    bar."""
     ks, device, autocast, channels_last = list(ks), options.device, options.autocast, options.channels_last
     record = {}
     if splits.get("validation") is not None:
@@ -94,7 +95,7 @@ def evaluate(model, splits: dict, ks, batch_size: int, num_workers: int, *, opti
 
 def collapse_warning(record: dict, threshold: float = COLLAPSE_COSINE) -> str | None:
     """The warning to log when an evaluation's embeddings have collapsed: their mean pairwise cosine
-    (validation split, else test) is at least ``threshold``; ``None`` otherwise.
+    (validation split, else test) is at least `threshold`; `None` otherwise.
 
     A rank loss without a margin is invariant to the scale of the score differences, and its
     gradient pulls the embeddings together (measured in docs/own-data.md, "When the embedding
@@ -114,7 +115,7 @@ def collapse_warning(record: dict, threshold: float = COLLAPSE_COSINE) -> str | 
 
 
 def select_protocols(history: list[dict]) -> dict:
-    """Both reporting protocols from the list of evaluations ``{"epoch", "validation", "test"}``
+    """Both reporting protocols from the list of evaluations `{"epoch", "validation", "test"}`
     (earliest evaluation wins ties)."""
     if not history:
         return {}

@@ -1,19 +1,23 @@
-"""``rambo-eval``: Recall@K, MAP@R and R-precision of embeddings you computed yourself.
+"""`rambo-eval`: Recall@K, MAP@R and R-precision of embeddings you computed yourself.
 
-Reads embeddings (``[n, dim]``, any real dtype) and integer class labels (``[n]``) from ``.npy``
-files (``numpy.save``) or ``.pt`` files (``torch.save`` of one tensor or array) and scores them with
-:func:`rambo.retrieval.evaluate.retrieval_metrics` (exact cosine k-NN with faiss)::
+Reads embeddings (`[n, dim]`, any real dtype) and integer class labels (`[n]`) from `.npy`
+files (`numpy.save`) or `.pt` files (`torch.save` of one tensor or array) and scores them with
+[`rambo.retrieval.evaluate.retrieval_metrics`][rambo.retrieval.evaluate.retrieval_metrics] (exact cosine k-NN
+with faiss):
 
-    rambo-eval --embeddings emb.npy --labels labels.npy                 # same set: query i leaves itself out
-    rambo-eval --query-embeddings q.pt --query-labels ql.pt \\
-               --gallery-embeddings g.pt --gallery-labels gl.pt --ks 1 10 20 --out metrics.json
+```bash
+rambo-eval --embeddings emb.npy --labels labels.npy                 # same set: query i leaves itself out
+rambo-eval --query-embeddings q.pt --query-labels ql.pt \\
+           --gallery-embeddings g.pt --gallery-labels gl.pt --ks 1 10 20 --out metrics.json
+```
 
-``--ks`` defaults to 1 10 100 1000; a K larger than the gallery a query searches (``n - 1`` for
+`--ks` defaults to 1 10 100 1000; a K larger than the gallery a query searches (`n - 1` for
 the same set, the gallery size otherwise) is dropped with a note on stderr, since its Recall@K
-would repeat the largest K that fits. Metrics print one per line; ``--out`` writes them as JSON
-(the same keys as ``python -m rambo.retrieval.evaluate``). Bad input exits with status 2 and a
-message naming the file and the problem; :func:`load_array`, :func:`load_embeddings` and
-:func:`load_labels` raise :class:`EvalInputError` (a ``ValueError``) for use from Python.
+would repeat the largest K that fits. Metrics print one per line; `--out` writes them as JSON
+(the same keys as `python -m rambo.retrieval.evaluate`). Bad input exits with status 2 and a
+message naming the file and the problem; [`load_array`][rambo.retrieval.eval_cli.load_array],
+[`load_embeddings`][rambo.retrieval.eval_cli.load_embeddings] and [`load_labels`][rambo.retrieval.eval_cli.load_labels]
+raise [`EvalInputError`][rambo.retrieval.eval_cli.EvalInputError] (a `ValueError`) for use from Python.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ class EvalInputError(ValueError):
 
 
 def _numpy_array_globals() -> list:
-    """What unpickling a plain numpy array needs, allowed on top of ``weights_only``'s tensors."""
+    """What unpickling a plain numpy array needs, allowed on top of `weights_only`'s tensors."""
     import importlib
 
     allowed = [np.ndarray, np.dtype]
@@ -52,7 +56,7 @@ def _numpy_array_globals() -> list:
 
 
 def load_array(path: str | Path) -> np.ndarray:
-    """The array stored in a ``.npy`` file or the tensor/array stored in a ``.pt``/``.pth`` file."""
+    """The array stored in a `.npy` file or the tensor/array stored in a `.pt`/`.pth` file."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in EXTENSIONS:
@@ -82,7 +86,7 @@ def load_array(path: str | Path) -> np.ndarray:
 
 
 def load_embeddings(path: str | Path) -> np.ndarray:
-    """``[n, dim]`` float32 embeddings from ``path``; NaN/inf and non-numeric values are refused."""
+    """`[n, dim]` float32 embeddings from `path`; NaN/inf and non-numeric values are refused."""
     array = load_array(path)
     if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
         raise EvalInputError(f"{path}: embeddings must be a non-empty [n, dim] array, got shape {array.shape}")
@@ -100,7 +104,7 @@ def load_embeddings(path: str | Path) -> np.ndarray:
 
 
 def load_labels(path: str | Path) -> np.ndarray:
-    """``[n]`` int64 class labels from ``path``; a float or bool array is refused, not rounded."""
+    """`[n]` int64 class labels from `path`; a float or bool array is refused, not rounded."""
     array = load_array(path)
     if array.ndim == 2 and array.shape[1] == 1:
         array = array[:, 0]
@@ -125,7 +129,7 @@ def _load_pair(embeddings_path, labels_path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fitting_ks(ks, gallery_size: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """``(kept, dropped)``: the Ks that fit a gallery of ``gallery_size`` items (at least one kept)."""
+    """`(kept, dropped)`: the Ks that fit a gallery of `gallery_size` items (at least one kept)."""
     ks = tuple(sorted({int(k) for k in ks}))
     if any(k < 1 for k in ks):
         raise EvalInputError(f"--ks must be positive integers, got {list(ks)}")
@@ -163,7 +167,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def evaluate_files(args: argparse.Namespace) -> tuple[dict[str, float], dict]:
-    """``(metrics, info)`` for parsed arguments; raises :class:`EvalInputError` on bad input."""
+    """`(metrics, info)` for parsed arguments; raises [`EvalInputError`][rambo.retrieval.eval_cli.EvalInputError] on bad
+    input."""
     same_set = [args.embeddings, args.labels]
     split = [args.query_embeddings, args.query_labels, args.gallery_embeddings, args.gallery_labels]
     if any(same_set) and any(split):
@@ -199,8 +204,8 @@ def evaluate_files(args: argparse.Namespace) -> tuple[dict[str, float], dict]:
 
 
 def run(argv=None) -> dict[str, float]:
-    """What ``rambo-eval`` does: parse ``argv``, print the metrics (one per line); returns them.
-    Bad input exits with status 2 and the problem named (argparse's ``error``)."""
+    """What `rambo-eval` does: parse `argv`, print the metrics (one per line); returns them.
+    Bad input exits with status 2 and the problem named (argparse's `error`)."""
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -225,8 +230,8 @@ def run(argv=None) -> dict[str, float]:
 
 
 def main(argv=None) -> int:
-    """Console entry point ``rambo-eval``: exit status 0 after an evaluation (the console script
-    passes the return value to ``sys.exit``, so it must be the status, not the metrics)."""
+    """Console entry point `rambo-eval`: exit status 0 after an evaluation (the console script
+    passes the return value to `sys.exit`, so it must be the status, not the metrics)."""
     run(argv)
     return 0
 

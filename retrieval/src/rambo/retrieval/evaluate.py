@@ -1,12 +1,12 @@
 """Retrieval evaluation by exact k-NN with faiss (paper Sec. 5.1: Recall@K; plus MAP@R, R-precision).
 
-Embeddings are L2-normalised, so inner product (``faiss.IndexFlatIP``) is cosine similarity and
-the neighbour order is the order of the scores ``rambo.core.metrics`` ranks. When the gallery is
+Embeddings are L2-normalised, so inner product (`faiss.IndexFlatIP`) is cosine similarity and
+the neighbour order is the order of the scores `rambo.core.metrics` ranks. When the gallery is
 the query set itself (SOP, CUB), each query's own index is masked out of its neighbours: dropping
 the first column blindly would drop a duplicate image instead whenever it is returned first.
 In-shop passes separate query and gallery sets.
 
-CLI: ``python -m rambo.retrieval.evaluate --checkpoint CKPT --dataset sop --root DIR --out m.json``.
+CLI: `python -m rambo.retrieval.evaluate --checkpoint CKPT --dataset sop --root DIR --out m.json`.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def _loader_lines_to_debug(record: logging.LogRecord) -> bool:
 
 
 def import_faiss():
-    """The ``faiss`` module, imported on first use: it comes from one of two alternative extras.
+    """The `faiss` module, imported on first use: it comes from one of two alternative extras.
 
     faiss's loader logs at INFO every CPU-specific library it cannot load ("Could not load library
     with AVX512 support ..."), which reads like an error in a run's log: those go to DEBUG.
@@ -84,7 +84,7 @@ def import_faiss():
 
 
 def _flat_inner_product_index(dim: int):
-    """Exact inner-product index; on every GPU when faiss-gpu (the ``gpu`` extra) sees one."""
+    """Exact inner-product index; on every GPU when faiss-gpu (the `gpu` extra) sees one."""
     faiss = import_faiss()
     index = faiss.IndexFlatIP(dim)
     if faiss.get_num_gpus() > 0:
@@ -96,10 +96,10 @@ SEARCH_BACKENDS = ("auto", "faiss", "torch")
 
 
 def search_backend(device=None, backend: str = "auto") -> str:
-    """``faiss`` or ``torch``: the exact k-NN search to run. ``auto``: on the CPU, a torch top-k in
+    """`faiss` or `torch`: the exact k-NN search to run. `auto`: on the CPU, a torch top-k in
     the portable numerics mode (faiss picks AVX2, AVX-512 or AVX-512 SPR code at run time, so its
-    scores follow the CPU: :mod:`rambo.harness.numerics`) and faiss in the native mode; a torch top-k
-    on the device when evaluation runs on a GPU that faiss does not see (faiss-cpu; 23.2 s against
+    scores follow the CPU: [`rambo.harness.numerics`][rambo.harness.numerics]) and faiss in the native mode; a torch
+    top-k on the device when evaluation runs on a GPU that faiss does not see (faiss-cpu; 23.2 s against
     0.12 s at SOP scale on an H200), faiss otherwise (every GPU with faiss-gpu)."""
     if backend not in SEARCH_BACKENDS:
         raise ValueError(f"search backend must be one of {SEARCH_BACKENDS}, got {backend!r}")
@@ -111,8 +111,8 @@ def search_backend(device=None, backend: str = "auto") -> str:
 
 
 def _torch_neighbours(gallery: torch.Tensor, queries: np.ndarray, k: int) -> np.ndarray:
-    """``[Q, k]`` indices of each query's ``k`` highest inner products with ``gallery`` (a tensor on
-    the search's device), best first: an exact search by a matrix product and ``torch.topk``."""
+    """`[Q, k]` indices of each query's `k` highest inner products with `gallery` (a tensor on
+    the search's device), best first: an exact search by a matrix product and `torch.topk`."""
     chunk = torch.from_numpy(queries).to(gallery.device)
     return torch.topk(chunk @ gallery.T, k, dim=1, sorted=True).indices.cpu().numpy()
 
@@ -120,12 +120,13 @@ def _torch_neighbours(gallery: torch.Tensor, queries: np.ndarray, k: int) -> np.
 def neighbour_relevance(
     embeddings, labels, k: int, query_embeddings=None, query_labels=None, device=None, backend: str = "auto"
 ):
-    """Relevance of each query's ``k`` nearest gallery items and its number of relevant items.
+    """Relevance of each query's `k` nearest gallery items and its number of relevant items.
 
-    ``embeddings: [N, D]`` gallery, ``labels: [N]``; queries default to the gallery itself, in
-    which case query ``i`` is removed from its own neighbours and from its relevant count.
-    ``device``/``backend``: where and how the exact search runs (:func:`search_backend`).
-    Returns ``(hits: [Q, k] bool, in best-first order; relevant_count: [Q] int)``.
+    `embeddings: [N, D]` gallery, `labels: [N]`; queries default to the gallery itself, in
+    which case query `i` is removed from its own neighbours and from its relevant count.
+    `device`/`backend`: where and how the exact search runs
+    ([`search_backend`][rambo.retrieval.evaluate.search_backend]). Returns
+    `(hits: [Q, k] bool, in best-first order; relevant_count: [Q] int)`.
     """
     gallery = _normalise(_as_float32(embeddings, "embeddings"))
     gallery_labels = _as_labels(labels, gallery.shape[0], "labels")
@@ -202,12 +203,13 @@ def _ranked_metrics(hits: np.ndarray, relevant_count: np.ndarray, ks) -> dict[st
 def retrieval_metrics(
     embeddings, labels, ks=(1,), query_embeddings=None, query_labels=None, device=None, backend: str = "auto"
 ) -> dict[str, float]:
-    """``{"R@K": ..., "MAP@R": ..., "R-precision": ...}`` from one exact k-NN search.
+    """`{"R@K": ..., "MAP@R": ..., "R-precision": ...}` from one exact k-NN search.
 
     Recall@K (paper Eq. 7-8): the fraction of queries with a relevant item among their K nearest.
     MAP@R and R-precision use R = the query's number of relevant gallery items. Queries with no
-    relevant item are left out of every mean, as in ``rambo.core.metrics``. ``device``: where the
-    model ran (a GPU that faiss does not see searches there with torch: :func:`search_backend`).
+    relevant item are left out of every mean, as in `rambo.core.metrics`. `device`: where the
+    model ran (a GPU that faiss does not see searches there with torch:
+    [`search_backend`][rambo.retrieval.evaluate.search_backend]).
     """
     ks = _check_ks(ks)
     labels_np = _as_labels(labels, len(labels), "labels")
@@ -220,7 +222,8 @@ def retrieval_metrics(
 
 
 def recall_at_k(embeddings, labels, ks, query_embeddings=None, query_labels=None) -> dict[int, float]:
-    """Recall@K for each K in ``ks`` (paper Eq. 7-8); see :func:`retrieval_metrics`."""
+    """Recall@K for each K in `ks` (paper Eq. 7-8); see
+    [`retrieval_metrics`][rambo.retrieval.evaluate.retrieval_metrics]."""
     ks = _check_ks(ks)
     hits, relevant_count = neighbour_relevance(
         embeddings, labels, max(int(k) for k in ks), query_embeddings, query_labels
@@ -230,12 +233,13 @@ def recall_at_k(embeddings, labels, ks, query_embeddings=None, query_labels=None
 
 
 def map_at_r(embeddings, labels, query_embeddings=None, query_labels=None) -> float:
-    """MAP@R (Musgrave et al. 2020); see :func:`retrieval_metrics`."""
+    """MAP@R (Musgrave et al. 2020); see [`retrieval_metrics`][rambo.retrieval.evaluate.retrieval_metrics]."""
     return retrieval_metrics(embeddings, labels, (1,), query_embeddings, query_labels)["MAP@R"]
 
 
 def r_precision(embeddings, labels, query_embeddings=None, query_labels=None) -> float:
-    """R-precision: the fraction of relevant items among the R nearest; see :func:`retrieval_metrics`."""
+    """R-precision: the fraction of relevant items among the R nearest; see
+    [`retrieval_metrics`][rambo.retrieval.evaluate.retrieval_metrics]."""
     return retrieval_metrics(embeddings, labels, (1,), query_embeddings, query_labels)["R-precision"]
 
 
@@ -249,11 +253,11 @@ def compute_embeddings(
     autocast=contextlib.nullcontext,
     channels_last: bool = False,
 ):
-    """``(embeddings [n, D] float32, labels [n] int64)`` of a dataset yielding ``(image, label, index)``.
+    """`(embeddings [n, D] float32, labels [n] int64)` of a dataset yielding `(image, label, index)`.
 
-    ``autocast``: the factory of the forward pass's context (:func:`rambo.harness.precision.autocast`;
-    the embeddings are cast to float32 after it); ``channels_last``: the image batches in
-    channels-last memory format."""
+    `autocast`: the factory of the forward pass's context
+    ([`rambo.harness.precision.autocast`][rambo.harness.precision.autocast]; the embeddings are cast to float32 after
+    it); `channels_last`: the image batches in channels-last memory format."""
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers, worker_init_fn=worker_init
     )
@@ -273,14 +277,14 @@ def compute_embeddings(
 
 
 def mean_pairwise_cosine(embeddings) -> float:
-    """Mean cosine similarity over all pairs ``i != j`` of the rows of ``embeddings`` ``[n, D]``:
+    """Mean cosine similarity over all pairs `i != j` of the rows of `embeddings` `[n, D]`:
     1.0 when every embedding points the same way (collapsed), about 0 for spread-out ones.
 
-    ``sum_{i != j} u_i . u_j = |sum_i u_i|^2 - n`` for unit vectors ``u_i``: O(n D), no n x n matrix.
-    Every sum is correctly rounded (``math.fsum``), so the value is a function of the embeddings
+    `sum_{i != j} u_i . u_j = |sum_i u_i|^2 - n` for unit vectors `u_i`: O(n D), no n x n matrix.
+    Every sum is correctly rounded (`math.fsum`), so the value is a function of the embeddings
     alone: not of the order of the rows, numpy's SIMD width or the BLAS kernel a CPU gets (with a
     vectorised norm, sum and BLAS dot, the machines of two sessions, both AMD EPYC with AVX-512, gave
-    values one ulp apart from runs whose other numbers agreed bit for bit; a run's ``metrics.json``
+    values one ulp apart from runs whose other numbers agreed bit for bit; a run's `metrics.json`
     must be byte-identical when its run is made again).
     """
     x = np.asarray(embeddings, dtype=np.float64)
@@ -306,9 +310,10 @@ def evaluate_model(
     autocast=contextlib.nullcontext,
     channels_last: bool = False,
 ) -> dict:
-    """Metrics of ``model`` on a test split: ``splits`` maps "test" (or "query" and "gallery") to datasets.
-    ``spread``: add ``mean_cosine``, the :func:`mean_pairwise_cosine` of the test (gallery) embeddings;
-    ``autocast``, ``channels_last``: as :func:`compute_embeddings`."""
+    """Metrics of `model` on a test split: `splits` maps "test" (or "query" and "gallery") to datasets.
+    `spread`: add `mean_cosine`, the [`mean_pairwise_cosine`][rambo.retrieval.evaluate.mean_pairwise_cosine] of the test
+    (gallery) embeddings; `autocast`, `channels_last`: as
+    [`compute_embeddings`][rambo.retrieval.evaluate.compute_embeddings]."""
     embed = dict(autocast=autocast, channels_last=channels_last)
     if "query" in splits:
         gallery, gallery_labels = compute_embeddings(model, splits["gallery"], batch_size, num_workers, device, **embed)

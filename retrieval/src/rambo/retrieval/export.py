@@ -1,9 +1,9 @@
 """What the figures need from a trained run: pair scores (Fig. 3) and example retrievals (Fig. 4).
 
-``python -m rambo.retrieval.export --checkpoint CKPT --out-dir DIR [--max-queries 1000] [--top-k 5]``
-writes ``DIR/scores.npz`` (``scores``, ``relevant``: 1-D, one entry per (query, gallery item) pair,
-a query never paired with itself) and ``DIR/retrievals.npz`` (``query [Q]``, ``results [Q, K]``:
-image paths relative to the dataset folder, best first; ``correct [Q, K]`` bool). The model and
+`python -m rambo.retrieval.export --checkpoint CKPT --out-dir DIR [--max-queries 1000] [--top-k 5]`
+writes `DIR/scores.npz` (`scores`, `relevant`: 1-D, one entry per (query, gallery item) pair,
+a query never paired with itself) and `DIR/retrievals.npz` (`query [Q]`, `results [Q, K]`:
+image paths relative to the dataset folder, best first; `correct [Q, K]` bool). The model and
 dataset come from the configuration stored in the checkpoint; queries are a seeded random subset
 of the test split (In-shop: of the query split, against the gallery).
 """

@@ -1,13 +1,13 @@
 """A retrieval dataset computed once and held in memory as one tensor (small, same-size images).
 
 The mini profile's synthetic images are 32 px PNGs: opening and decoding one costs more than
-training on it. :class:`InMemoryImageDataset` reads every item of an
-:class:`~rambo.retrieval.datasets.ImageRetrievalDataset` once, through that dataset's own
-transform, and serves the results from memory. Two uses (``data.in_memory`` in the config,
-:func:`rambo.retrieval.train.build_splits`):
+training on it. [`InMemoryImageDataset`][rambo.retrieval.in_memory_dataset.InMemoryImageDataset] reads every item of an
+[`ImageRetrievalDataset`][rambo.retrieval.datasets.ImageRetrievalDataset] once, through that dataset's own
+transform, and serves the results from memory. Two uses (`data.in_memory` in the config,
+[`rambo.retrieval.train.build_splits`][rambo.retrieval.train.build_splits]):
 
-* training images decoded to ``uint8`` (``PILToTensor``), augmented a batch at a time by
-  :class:`~rambo.retrieval.batch_transforms.BatchTrainAugmentation`;
+* training images decoded to `uint8` (`PILToTensor`), augmented a batch at a time by
+  [`BatchTrainAugmentation`][rambo.retrieval.batch_transforms.BatchTrainAugmentation];
 * evaluation images through the evaluation transform, computed once instead of at every
   evaluation: they are the same tensors the on-disk dataset would give each time.
 
@@ -25,14 +25,14 @@ from .datasets import ImageRetrievalDataset
 
 
 class InMemoryImageDataset(torch.utils.data.Dataset):
-    """Every item of ``dataset`` computed once; ``self[i] = (images[i], label, i)`` as ``dataset[i]``.
+    """Every item of `dataset` computed once; `self[i] = (images[i], label, i)` as `dataset[i]`.
 
-    Raises ``ValueError`` when the transformed images are not tensors of one shape (the real
+    Raises `ValueError` when the transformed images are not tensors of one shape (the real
     datasets' images differ in size: read them from disk instead).
 
     Attributes:
-        images: ``[n, ...]`` tensor, the transformed images in dataset order.
-        labels, super_labels, image_paths: those of ``dataset``.
+        images: `[n, ...]` tensor, the transformed images in dataset order.
+        labels, super_labels, image_paths: those of `dataset`.
     """
 
     def __init__(self, dataset: ImageRetrievalDataset):

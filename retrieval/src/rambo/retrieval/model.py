@@ -1,8 +1,8 @@
 """Embedding network (paper Sec. 5.1, App. A): a CNN backbone whose classifier is replaced by a
 512-d embedding layer, with L2-normalised output.
 
-Backbones: torchvision ``resnet50`` (the paper's), ``resnet18``, and ``small_convnet`` (a four-block
-conv net for the CPU ``mini`` profile). ImageNet weights are read from a local file or the
+Backbones: torchvision `resnet50` (the paper's), `resnet18`, and `small_convnet` (a four-block
+conv net for the CPU `mini` profile). ImageNet weights are read from a local file or the
 torchvision cache only; nothing is ever downloaded here.
 """
 
@@ -25,24 +25,24 @@ BACKBONES = ("resnet50", "resnet18", "small_convnet")
 
 
 def weights_url(backbone: str) -> str:
-    """The official URL of ``backbone``'s ImageNet weights (torchvision's IMAGENET1K_V1 file, whose name
-    carries the first digits of its SHA-256); ``ValueError`` for a backbone that has none."""
+    """The official URL of `backbone`'s ImageNet weights (torchvision's IMAGENET1K_V1 file, whose name
+    carries the first digits of its SHA-256); `ValueError` for a backbone that has none."""
     if backbone not in _IMAGENET_WEIGHTS:
         raise ValueError(f"no ImageNet weights for backbone {backbone!r}; set model.pretrained=false")
     return _IMAGENET_WEIGHTS[backbone].url
 
 
 def load_imagenet_state_dict(backbone: str, weights_path: str | Path | None = None) -> dict:
-    """ImageNet weights of ``backbone`` from ``weights_path`` or else the torchvision cache
-    (:func:`rambo.harness.pretrained.find_weights`: never downloaded at run time)."""
+    """ImageNet weights of `backbone` from `weights_path` or else the torchvision cache
+    ([`rambo.harness.pretrained.find_weights`][rambo.harness.pretrained.find_weights]: never downloaded at run time)."""
     path = find_weights(backbone, weights_url(backbone), weights_path)
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
 class SmallConvNet(torch.nn.Module):
-    """Four conv-BN-ReLU-pool blocks then global average pooling: ``[B, 3, H, W] -> [B, width * 8]``.
+    """Four conv-BN-ReLU-pool blocks then global average pooling: `[B, 3, H, W] -> [B, width * 8]`.
 
-    A backbone that trains in seconds on a CPU at 32-48 px (the ``mini`` profile).
+    A backbone that trains in seconds on a CPU at 32-48 px (the `mini` profile).
     """
 
     def __init__(self, width: int = 32):
@@ -82,16 +82,17 @@ def _backbone(name: str, pretrained: bool, weights_path: str | None, width: int)
 
 
 class EmbeddingNet(torch.nn.Module):
-    """``images [B, 3, H, W] -> embeddings [B, embedding_dim]``, each row of unit L2 norm.
+    """`images [B, 3, H, W] -> embeddings [B, embedding_dim]`, each row of unit L2 norm.
 
     Args:
-        backbone: one of ``BACKBONES``. embedding_dim: 512 in the paper.
-        pretrained: load ImageNet weights (local file ``weights_path`` or the torchvision cache).
+        backbone: one of `BACKBONES`.
+        embedding_dim: 512 in the paper.
+        pretrained: load ImageNet weights (local file `weights_path` or the torchvision cache).
         freeze_batchnorm: keep every BatchNorm in eval mode (its running statistics frozen), so
             batch statistics of small per-class batches do not drift the ImageNet ones; the
             affine weights still train, as in the references (Roth et al.'s and the Recall@k
-            code's ResNet-50: ``module.eval()`` only).
-        width: channel width of ``small_convnet``.
+            code's ResNet-50: `module.eval()` only).
+        width: channel width of `small_convnet`.
     """
 
     def __init__(
@@ -127,7 +128,7 @@ class EmbeddingNet(torch.nn.Module):
         return unit_rows(self.embedding(self.backbone(images)))
 
     def parameter_groups(self, lr: float, embedding_lr_multiplier: float = 10.0) -> list[dict]:
-        """Optimizer groups: the backbone at ``lr``, the new embedding layer at a higher rate
+        """Optimizer groups: the backbone at `lr`, the new embedding layer at a higher rate
         (App. A: "higher learning rates for the embedding layer"), frozen parameters left out."""
         embedding = [p for p in self.embedding.parameters() if p.requires_grad]
         embedding_ids = {id(p) for p in embedding}
@@ -139,7 +140,7 @@ class EmbeddingNet(torch.nn.Module):
 
 
 def build_model(cfg) -> EmbeddingNet:
-    """``EmbeddingNet`` from a config mapping with the keys of ``configs/model/*.yaml``."""
+    """`EmbeddingNet` from a config mapping with the keys of `configs/model/*.yaml`."""
     return EmbeddingNet(
         backbone=cfg["backbone"],
         embedding_dim=cfg.get("embedding_dim", 512),

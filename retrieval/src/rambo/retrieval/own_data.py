@@ -1,17 +1,18 @@
 """A user's own folder under a profile that trains every row on the synthetic set (mini, tiny).
 
 The mini and tiny profiles put the synthetic set in place of every row's dataset
-(``data.format: synthetic`` with ``data.generate``), keeping the row's hyper-parameters. That
-stand-in lives in the profile's own folder (``${data_dir}/synthetic``, ``synthetic_tiny``) and is
-used only where no ``data.root`` is given; the run's first log line says so.
+(`data.format: synthetic` with `data.generate`), keeping the row's hyper-parameters. That
+stand-in lives in the profile's own folder (`${data_dir}/synthetic`, `synthetic_tiny`) and is
+used only where no `data.root` is given; the run's first log line says so.
 
-A ``data.root`` given on the command line is the data: ``data=sop data.root=DIR`` (or ``cub``,
-``inshop``, ``imagefolder``) trains on DIR at the profile's scale (its model, image size, epochs),
+A `data.root` given on the command line is the data: `data=sop data.root=DIR` (or `cub`,
+`inshop`, `imagefolder`) trains on DIR at the profile's scale (its model, image size, epochs),
 read from disk, and says so in its log. DIR is never created, written into, or replaced by the
 synthetic set: a missing or empty DIR, or one in another layout, is refused with one line naming
-the folder and the layout expected (:func:`layout_problem`; the app checks it before anything is
-created: :mod:`rambo.retrieval.config_check`, which also counts the classes of its splits against
-what the run needs).
+the folder and the layout expected ([`layout_problem`][rambo.retrieval.own_data.layout_problem]; the app checks it
+before anything is
+created: [`rambo.retrieval.config_check`][rambo.retrieval.config_check], which also counts the classes of its splits
+against what the run needs).
 """
 
 from __future__ import annotations
@@ -28,18 +29,18 @@ OWN_LAYOUTS = (*LAYOUT_MARKERS, "imagefolder")
 
 
 def holds_stand_in(root: Path) -> bool:
-    """True when the synthetic set belongs in ``root``: absent, empty, or holding one already."""
+    """True when the synthetic set belongs in `root`: absent, empty, or holding one already."""
     return not root.exists() or (root / MANIFEST).is_file() or (root.is_dir() and not any(root.iterdir()))
 
 
 def is_stand_in(data: DictConfig) -> bool:
-    """True when the profile trains this row on the synthetic set in place of ``data.name``."""
+    """True when the profile trains this row on the synthetic set in place of `data.name`."""
     return data.format == "synthetic" and data.get("generate") is not None and data.name in OWN_LAYOUTS
 
 
 def expected_layout(name: str, root: Path) -> str:
-    """The files or folders the layout ``name`` (``sop``, ``cub``, ``inshop``, ``imagefolder``,
-    ``synthetic``: SOP's) has under ``root``, in words."""
+    """The files or folders the layout `name` (`sop`, `cub`, `inshop`, `imagefolder`,
+    `synthetic`: SOP's) has under `root`, in words."""
     if name == "imagefolder":
         return (
             f"class folders of images: {root}/<class>/<image>, or {root}/train/<class>/<image> "
@@ -49,7 +50,8 @@ def expected_layout(name: str, root: Path) -> str:
 
 
 def found_layout(root: Path) -> str | None:
-    """The layout ``root`` holds (:func:`~.datasets.layout.detect_layout`, or ``imagefolder``), or None."""
+    """The layout `root` holds ([`detect_layout`][rambo.retrieval.datasets.layout.detect_layout], or `imagefolder`), or
+    None."""
     found = detect_layout(root)
     if found is None and root.is_dir() and (has_own_split(root) or len(class_folders(root)) >= 2):
         found = "imagefolder"
@@ -57,7 +59,7 @@ def found_layout(root: Path) -> str | None:
 
 
 def layout_problem(name: str, root: Path | str) -> str | None:
-    """Why ``root`` cannot be read as a dataset in layout ``name``, in one line; None when it can."""
+    """Why `root` cannot be read as a dataset in layout `name`, in one line; None when it can."""
     root = Path(root)
     wanted = expected_layout(name, root)
     if not root.exists():
@@ -85,15 +87,16 @@ def layout_problem(name: str, root: Path | str) -> str | None:
 
 
 def use_own_data(data: DictConfig, named: bool = False) -> str | None:
-    """Point ``data`` (the run config's ``data`` node, changed in place) at the user's folder when
-    the profile stands the synthetic set in for ``data.name``; returns the line to log (what the
-    run trains on), or ``None`` when the profile does not substitute the synthetic set.
+    """Point `data` (the run config's `data` node, changed in place) at the user's folder when
+    the profile stands the synthetic set in for `data.name`; returns the line to log (what the
+    run trains on), or `None` when the profile does not substitute the synthetic set.
 
-    ``named``: ``data.root`` was given on the command line. Then it must hold the ``data.name``
-    layout, and the run trains on it. Otherwise ``data.root`` is the profile's folder: the
+    `named`: `data.root` was given on the command line. Then it must hold the `data.name`
+    layout, and the run trains on it. Otherwise `data.root` is the profile's folder: the
     synthetic set stands in (a copy of the row's dataset put there is trained on).
 
-    Raises ``ValueError`` (:func:`layout_problem`'s line) when the folder cannot be read in that layout."""
+    Raises `ValueError` ([`layout_problem`][rambo.retrieval.own_data.layout_problem]'s line) when the folder cannot be
+    read in that layout."""
     if not is_stand_in(data):
         return None
     root = Path(data.root)

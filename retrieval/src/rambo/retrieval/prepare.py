@@ -1,19 +1,19 @@
 """Data stage of the pipeline: put every dataset a profile trains on under one data folder
-(:mod:`rambo.harness.data_stage`, shared with detection).
+([`rambo.harness.data_stage`][rambo.harness.data_stage], shared with detection).
 
     python -m rambo.retrieval.prepare --data-dir data/retrieval --data synthetic -- profile=mini
     python -m rambo.retrieval.prepare --data-dir data/retrieval --data sop cub inshop -- profile=paper
 
-A dataset with ``data.generate`` set (the synthetic set, and every dataset under the ``mini``
+A dataset with `data.generate` set (the synthetic set, and every dataset under the `mini`
 profile) is generated; the others are downloaded with their pinned checksums, or found already
-extracted under ``data.root`` (In-shop's files have no published checksum: they are used with a
-warning). ``--mirror DIR_OR_URL`` takes the archives from a local copy instead of the
-official URLs; ``--archives DIR`` keeps downloaded archives there (the pipeline: ``data/archives``).
-``--rows-from params.yaml`` (or ``--rows EXPERIMENT...``) first checks the ImageNet weights those
-rows load (torchvision's ResNet-50: ``rambo.harness.weights``); the pipeline passes it.
+extracted under `data.root` (In-shop's files have no published checksum: they are used with a
+warning). `--mirror DIR_OR_URL` takes the archives from a local copy instead of the
+official URLs; `--archives DIR` keeps downloaded archives there (the pipeline: `data/archives`).
+`--rows-from params.yaml` (or `--rows EXPERIMENT...`) first checks the ImageNet weights those
+rows load (torchvision's ResNet-50: `rambo.harness.weights`); the pipeline passes it.
 
 Then every image of the datasets is read once and every file that cannot be read is listed (exit
-code 1), so no training job starts on a broken dataset. ``--check`` does only that, for datasets
+code 1), so no training job starts on a broken dataset. `--check` does only that, for datasets
 already in place, as the runs compose them: a folder of yours is checked with
 
     python -m rambo.retrieval.prepare --check --data-dir data --data imagefolder -- data.root=DIR
@@ -36,9 +36,9 @@ DATASETS = ("synthetic", "sop", "cub", "inshop", "imagefolder")
 
 
 def prepare_one(name: str, data, source: data_stage.Source = data_stage.Source()) -> Path:
-    """Generate (``data.generate``) or download dataset ``name`` into ``data.root``. A real dataset
-    (``sop``, ``cub``, ``inshop``) is never generated: under a profile that trains every row on the
-    synthetic set (``mini``, ``tiny``) preparing one is an error that says how to get it."""
+    """Generate (`data.generate`) or download dataset `name` into `data.root`. A real dataset
+    (`sop`, `cub`, `inshop`) is never generated: under a profile that trains every row on the
+    synthetic set (`mini`, `tiny`) preparing one is an error that says how to get it."""
     if name == "imagefolder" and data.get("generate") is None:
         raise data_stage.PrepareError(
             "imagefolder is a folder of yours: there is nothing to download or generate; "
@@ -57,8 +57,8 @@ def prepare_one(name: str, data, source: data_stage.Source = data_stage.Source()
 
 
 def unreadable(name: str, data, overrides=()) -> list[str]:
-    """One line per image of dataset ``name`` (every split, composed as the runs compose it: a
-    ``data.root`` in ``overrides`` is the user's folder) that cannot be read."""
+    """One line per image of dataset `name` (every split, composed as the runs compose it: a
+    `data.root` in `overrides` is the user's folder) that cannot be read."""
     use_own_data(data, named=named_on_command_line("data.root", overrides))
     problem = layout_problem(data.format, data.root)
     if problem:

@@ -1,15 +1,15 @@
 """Batch samplers for metric learning: m-per-class batches and super-label batches.
 
-Both yield *lists of indices* (use them as ``DataLoader(dataset, batch_sampler=...)``). A batch
-holds ``samples_per_class`` images of each of ``batch_size // samples_per_class`` distinct
-classes, grouped by class. Randomness comes only from ``numpy.random.default_rng([seed, epoch])``,
-so a sampler is deterministic for a seed and differs between epochs once ``set_epoch(epoch)`` is
-called (as with ``DistributedSampler``; iterating again without it repeats the epoch, which is
+Both yield *lists of indices* (use them as `DataLoader(dataset, batch_sampler=...)`). A batch
+holds `samples_per_class` images of each of `batch_size // samples_per_class` distinct
+classes, grouped by class. Randomness comes only from `numpy.random.default_rng([seed, epoch])`,
+so a sampler is deterministic for a seed and differs between epochs once `set_epoch(epoch)` is
+called (as with `DistributedSampler`; iterating again without it repeats the epoch, which is
 what a resumed run needs).
 
 Classes are visited in random permutations, and each class's images in its own random
 permutation, so within an epoch classes and images recur as evenly as the batch shape allows.
-A class with fewer than ``samples_per_class`` images contributes all of them, topped up by
+A class with fewer than `samples_per_class` images contributes all of them, topped up by
 repeats drawn at random (SOP has classes of 2-12 images; with augmentation the repeats are
 different views).
 """
@@ -50,7 +50,7 @@ def _classes_per_batch(batch_size: int, samples_per_class: int) -> int:
 
 
 class _PermutationWalk:
-    """Endless walk through random permutations of ``items``, a fresh permutation when one runs out."""
+    """Endless walk through random permutations of `items`, a fresh permutation when one runs out."""
 
     def __init__(self, items: np.ndarray, rng: np.random.Generator):
         self.items = items
@@ -58,7 +58,7 @@ class _PermutationWalk:
         self.queue: deque[int] = deque()
 
     def take(self, count: int) -> list[int]:
-        """``count`` distinct items (``count <= len(items)``), continuing the current permutation."""
+        """`count` distinct items (`count <= len(items)`), continuing the current permutation."""
         if count > len(self.items):
             raise ValueError(f"cannot take {count} distinct items out of {len(self.items)}")
         taken: list[int] = []
@@ -75,7 +75,7 @@ class _PermutationWalk:
 
 
 class _BatchBuilder:
-    """Draws ``samples_per_class`` indices per class from per-class permutation walks."""
+    """Draws `samples_per_class` indices per class from per-class permutation walks."""
 
     def __init__(self, labels: np.ndarray, samples_per_class: int, rng: np.random.Generator):
         self.samples_per_class = samples_per_class
@@ -97,7 +97,7 @@ class _BatchBuilder:
 
 
 class _EpochBatchSampler(torch.utils.data.Sampler):
-    """What both samplers share: labels, batch geometry, ``batches_per_epoch`` and the epoch stream."""
+    """What both samplers share: labels, batch geometry, `batches_per_epoch` and the epoch stream."""
 
     def __init__(self, labels, batch_size: int, samples_per_class: int, seed: int, batches_per_epoch: int | None):
         self.labels = _as_labels(labels, "labels")
@@ -113,7 +113,7 @@ class _EpochBatchSampler(torch.utils.data.Sampler):
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the random stream of epoch ``epoch``."""
+        """Select the random stream of epoch `epoch`."""
         self.epoch = int(epoch)
 
     def __len__(self) -> int:
@@ -121,15 +121,15 @@ class _EpochBatchSampler(torch.utils.data.Sampler):
 
 
 class MPerClassBatchSampler(_EpochBatchSampler):
-    """Batches of ``batch_size // samples_per_class`` classes x ``samples_per_class`` images.
+    """Batches of `batch_size // samples_per_class` classes x `samples_per_class` images.
 
     Args:
-        labels: ``[n]`` class label of every dataset item.
-        batch_size: images per batch; a multiple of ``samples_per_class``.
+        labels: `[n]` class label of every dataset item.
+        batch_size: images per batch; a multiple of `samples_per_class`.
         samples_per_class: images of each class in a batch (paper App. A: 4 for CUB and SOP,
             8 for In-shop). Not the number of classes per batch.
-        seed: the sampler's random stream; with ``set_epoch`` it fixes every batch.
-        batches_per_epoch: default ``n // batch_size`` (about one pass over the data).
+        seed: the sampler's random stream; with `set_epoch` it fixes every batch.
+        batches_per_epoch: default `n // batch_size` (about one pass over the data).
     """
 
     def __init__(
@@ -161,31 +161,32 @@ class MPerClassBatchSampler(_EpochBatchSampler):
 class SuperLabelBatchSampler(_EpochBatchSampler):
     """m-per-class batches whose classes come from one pair of super-labels at a time.
 
-    Paper App. A, following Cakir et al. (2019): ``batches_per_super_pair`` consecutive batches
+    Paper App. A, following Cakir et al. (2019): `batches_per_super_pair` consecutive batches
     are drawn from the classes of one pair of super-labels (10 for SOP with 4 samples per class,
     4 for In-shop with 8), so a batch holds many hard negatives from similar products. With
-    ``pair_order="fixed"`` the pairs are visited in one order every epoch, ``(a, b)`` for ``a < b``
-    in the super-labels' order (``itertools.combinations``, as the code behind App. A does:
-    kunhe/Deep-Metric-Learning-Baselines ``datasets.py`` ``SuperLabelTrainDataset``); with
-    ``"shuffled"`` in a fresh random order each epoch (FastAP's Matlab ``train_hard.m``).
+    `pair_order="fixed"` the pairs are visited in one order every epoch, `(a, b)` for `a < b`
+    in the super-labels' order (`itertools.combinations`, as the code behind App. A does:
+    kunhe/Deep-Metric-Learning-Baselines `datasets.py` `SuperLabelTrainDataset`); with
+    `"shuffled"` in a fresh random order each epoch (FastAP's Matlab `train_hard.m`).
 
-    With ``split="halves"`` (FastAP's ``train_hard.m``: "equal # of imgs from both meta-class";
-    pytorch-metric-learning's ``HierarchicalSampler`` alike) half of a batch's classes come from
+    With `split="halves"` (FastAP's `train_hard.m`: "equal # of imgs from both meta-class";
+    pytorch-metric-learning's `HierarchicalSampler` alike) half of a batch's classes come from
     each super-label of the pair, and a pair in which either super-label holds fewer than half
-    the batch's classes is skipped. With ``split="union"`` the classes are drawn from the union
-    of the two, and a pair holding fewer than ``batch_size // samples_per_class`` classes
+    the batch's classes is skipped. With `split="union"` the classes are drawn from the union
+    of the two, and a pair holding fewer than `batch_size // samples_per_class` classes
     together is skipped.
 
     Args:
-        labels: ``[n]`` class labels; each class must have a single super-label.
-        super_labels: ``[n]`` super-label of every item (at least two distinct values).
-        batch_size, samples_per_class, seed: as in :class:`MPerClassBatchSampler`.
+        labels: `[n]` class labels; each class must have a single super-label.
+        super_labels: `[n]` super-label of every item (at least two distinct values).
+        batch_size, samples_per_class, seed: as in
+            [`MPerClassBatchSampler`][rambo.retrieval.samplers.MPerClassBatchSampler].
         batches_per_super_pair: consecutive batches per pair of super-labels.
-        batches_per_epoch: default ``n // batch_size`` (about one pass); ``"every_super_pair"``:
-            ``batches_per_super_pair`` batches of every usable pair (FastAP's epoch: 66 x 10 = 660
+        batches_per_epoch: default `n // batch_size` (about one pass); `"every_super_pair"`:
+            `batches_per_super_pair` batches of every usable pair (FastAP's epoch: 66 x 10 = 660
             for SOP). The last pair of an epoch is cut short to make exactly this many batches.
-        split: ``"halves"`` or ``"union"`` (above).
-        pair_order: ``"shuffled"`` or ``"fixed"`` (above).
+        split: `"halves"` or `"union"` (above).
+        pair_order: `"shuffled"` or `"fixed"` (above).
     """
 
     def __init__(
@@ -282,7 +283,7 @@ class SuperLabelBatchSampler(_EpochBatchSampler):
                 produced += 1
 
     def _walk(self, walks: dict, key, rng: np.random.Generator) -> _PermutationWalk:
-        """The class walk of one super-label (``halves``) or of a pair's union (``union``)."""
+        """The class walk of one super-label (`halves`) or of a pair's union (`union`)."""
         if key not in walks:
             supers = key if isinstance(key, tuple) else (key,)
             walks[key] = _PermutationWalk(np.concatenate([self.classes_of_super[s] for s in supers]), rng)

@@ -1,19 +1,19 @@
 """Image transforms: the training augmentation and the evaluation transform, at any image size
-(224 px paper, 32 px mini), each in two kinds (the ``augmentation`` keys of the training config):
+(224 px paper, 32 px mini), each in two kinds (the `augmentation` keys of the training config):
 
-* training: ``square_resize_random_crop`` (the paper's words, Sec. 5.1: every image resized to
-  256x256, a random 224 crop and a flip), ``shorter_side_resize_random_resized_crop`` (the code
-  the paper's numbers came from, kunhe/Deep-Metric-Learning-Baselines ``--resize256``: the
+* training: `square_resize_random_crop` (the paper's words, Sec. 5.1: every image resized to
+  256x256, a random 224 crop and a flip), `shorter_side_resize_random_resized_crop` (the code
+  the paper's numbers came from, kunhe/Deep-Metric-Learning-Baselines `--resize256`: the
   shorter side to 256, aspect kept, then a random resized crop and a flip; the paper profile's
-  RaMBO rows) or ``random_resized_crop`` (area fraction ``min_scale``..1, aspect 3/4..4/3, and a
+  RaMBO rows) or `random_resized_crop` (area fraction `min_scale`..1, aspect 3/4..4/3, and a
   flip: the Recall@k surrogate's official code, and the mini profile);
-* evaluation: ``square_resize_center_crop`` (the paper: 256x256, the centre 224) or
-  ``shorter_side_resize_center_crop`` (the shorter side to 256, aspect kept: the Recall@k code).
+* evaluation: `square_resize_center_crop` (the paper: 256x256, the centre 224) or
+  `shorter_side_resize_center_crop` (the shorter side to 256, aspect kept: the Recall@k code).
 
-256 is ``round(image_size * 256 / 224)`` at other sizes.
+256 is `round(image_size * 256 / 224)` at other sizes.
 
 These work on one PIL image at a time (the real datasets' images differ in size);
-:mod:`.batch_transforms` is the same training augmentation on a batch of same-size images.
+[`batch_transforms`][rambo.retrieval.batch_transforms] is the same training augmentation on a batch of same-size images.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ FLIP_PROBABILITY = 0.5
 
 
 def check_image_size(image_size: int) -> int:
-    """``image_size`` as an ``int``; a ``ValueError`` unless it is an integer >= 8."""
+    """`image_size` as an `int`; a `ValueError` unless it is an integer >= 8."""
     if int(image_size) != image_size or image_size < 8:
         raise ValueError(f"image_size must be an integer >= 8, got {image_size}")
     return int(image_size)
@@ -55,7 +55,7 @@ def _check_kind(kind: str, kinds: tuple[str, ...], name: str) -> str:
 def train_transform(
     image_size: int, min_scale: float = MIN_SCALE, kind: str = "random_resized_crop"
 ) -> transforms.Compose:
-    """PIL image -> ``[3, image_size, image_size]`` float tensor, randomly cropped and flipped."""
+    """PIL image -> `[3, image_size, image_size]` float tensor, randomly cropped and flipped."""
     size = check_image_size(image_size)
     kind = _check_kind(kind, TRAIN_KINDS, "augmentation.train")
     if kind == "square_resize_random_crop":
@@ -75,7 +75,7 @@ def train_transform(
 
 
 def eval_transform(image_size: int, kind: str = EVAL_DEFAULT) -> transforms.Compose:
-    """PIL image -> ``[3, image_size, image_size]``: resize (to a 256/224 square, or the shorter
+    """PIL image -> `[3, image_size, image_size]`: resize (to a 256/224 square, or the shorter
     side to 256/224 of the size), centre crop."""
     size = check_image_size(image_size)
     square = _check_kind(kind, EVAL_KINDS, "augmentation.eval") == "square_resize_center_crop"

@@ -2,9 +2,9 @@
 rank loss no longer bounds memory, only the chunk size does.
 
 Pass 1 embeds the batch chunk by chunk without a graph; the loss over the whole (global) batch
-gives ``d loss / d embeddings``; pass 2 re-embeds each chunk with a graph and back-propagates its
+gives `d loss / d embeddings`; pass 2 re-embeds each chunk with a graph and back-propagates its
 slice of that gradient. By the chain rule the parameter gradients are those of one forward over
-the whole batch. Both passes see the same input: the augmented images are the ``images`` tensor
+the whole batch. Both passes see the same input: the augmented images are the `images` tensor
 itself (augmentation happens once, in the data loader), and the random number generator state is
 replayed per chunk for any stochastic layer. BatchNorm in training mode normalises per chunk in
 both passes (identical statistics); its running statistics are restored after pass 1, so they are
@@ -35,14 +35,15 @@ def two_pass_backward(
     chunk_size: int,
     autocast=contextlib.nullcontext,
 ) -> torch.Tensor:
-    """Accumulate the gradients of ``loss_fn(model(images), labels)`` into the parameters.
+    """Accumulate the gradients of `loss_fn(model(images), labels)` into the parameters.
 
-    ``images: [B, ...]``, ``labels: [B]``; ``loss_fn(embeddings [B', D], labels [B'])`` is called
+    `images: [B, ...]`, `labels: [B]`; `loss_fn(embeddings [B', D], labels [B'])` is called
     once; under several processes it ranks the batch gathered over them itself
-    (:mod:`rambo.core.distributed`), and the gradient that reaches this process's embeddings is its share's. Returns the loss value
-    (detached). Under DDP, gradients are synchronised on the last chunk only. ``autocast``: the
-    factory of the forward passes' context (:func:`rambo.harness.precision.autocast`); the
-    embeddings reach the loss in float32, outside it.
+    ([`rambo.core.distributed`][rambo.core.distributed]), and the gradient that reaches this process's embeddings is its
+    share's. Returns the loss value (detached). Under DDP, gradients are synchronised on the last chunk only.
+    `autocast`: the factory of the forward passes' context
+    ([`rambo.harness.precision.autocast`][rambo.harness.precision.autocast]); the embeddings reach the loss in float32,
+    outside it.
     """
     if int(chunk_size) != chunk_size or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")

@@ -22,9 +22,9 @@ def _subset(dataset: ImageRetrievalDataset, keep: np.ndarray, transform) -> Imag
 def split_validation_classes(
     dataset: ImageRetrievalDataset, fraction: float, seed: int = 0, validation_transform=None
 ) -> tuple[ImageRetrievalDataset, ImageRetrievalDataset | None]:
-    """``(train, validation)``: a ``fraction`` of the classes (chosen per super-label, so every
-    super-label keeps classes for the super-label sampler) moves to ``validation``; ``None`` when
-    ``fraction`` is 0. Both keep ``dataset``'s images; labels are re-numbered contiguously."""
+    """`(train, validation)`: a `fraction` of the classes (chosen per super-label, so every
+    super-label keeps classes for the super-label sampler) moves to `validation`; `None` when
+    `fraction` is 0. Both keep `dataset`'s images; labels are re-numbered contiguously."""
     if not 0.0 <= fraction < 1.0:
         raise ValueError(f"validation_fraction must be in [0, 1), got {fraction}")
     if fraction == 0.0:

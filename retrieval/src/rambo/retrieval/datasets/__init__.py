@@ -1,18 +1,25 @@
 """Retrieval datasets in their official on-disk layouts, the embedded synthetic set, and downloads.
 
-Public API::
+Public API:
 
-    ImageRetrievalDataset(image_paths, labels, super_labels=None, transform=None)  -> (image, label, index)
-    load_sop(root, split)       split in {"train", "test"}            Ebay_train.txt / Ebay_test.txt
-    load_cub(root, split)       split in {"train", "test"}            first / last 100 classes
-    load_inshop(root, split)    split in {"train", "query", "gallery"} list_eval_partition.txt
-    load_imagefolder(root, split) split in {"train", "test"}          DIR/<class>/<image>: class halves
-    load_dataset(name, root, split, transform=None)   name in {"sop", "cub", "inshop", "synthetic", "imagefolder"}
-    generate_synthetic(root, seed=0, ...) -> Path     the embedded set, in the SOP layout
-    download(name, root)                              official URLs, pinned checksums
+- [`ImageRetrievalDataset`][rambo.retrieval.datasets.image_retrieval_dataset.ImageRetrievalDataset]`(image_paths,
+  labels, super_labels=None, transform=None)`: items `(image, label, index)`
+- [`load_sop`][rambo.retrieval.datasets.sop.load_sop]`(root, split)`: split in `{"train", "test"}`,
+  `Ebay_train.txt` / `Ebay_test.txt`
+- [`load_cub`][rambo.retrieval.datasets.cub.load_cub]`(root, split)`: split in `{"train", "test"}`, first / last
+  100 classes
+- [`load_inshop`][rambo.retrieval.datasets.inshop.load_inshop]`(root, split)`: split in
+  `{"train", "query", "gallery"}`, `list_eval_partition.txt`
+- [`load_imagefolder`][rambo.retrieval.datasets.imagefolder.load_imagefolder]`(root, split)`: split in
+  `{"train", "test"}`, `DIR/<class>/<image>`: class halves
+- [`load_dataset`][rambo.retrieval.datasets.loading.load_dataset]`(name, root, split, transform=None)`: name in
+  `{"sop", "cub", "inshop", "synthetic", "imagefolder"}`
+- [`generate_synthetic`][rambo.retrieval.datasets.synthetic.generate_synthetic]`(root, seed=0, ...) -> Path`: the
+  embedded set, in the SOP layout
+- [`download`][rambo.retrieval.datasets.download.download]`(name, root)`: official URLs, pinned checksums
 
-CLIs: ``python -m rambo.retrieval.datasets.synthetic ROOT --seed 0`` and
-``python -m rambo.retrieval.datasets.download NAME ROOT``.
+CLIs: `python -m rambo.retrieval.datasets.synthetic ROOT --seed 0` and
+`python -m rambo.retrieval.datasets.download NAME ROOT`.
 """
 
 from .cub import load_cub

@@ -1,6 +1,6 @@
 """The classes of a dataset's splits as a run reads them, counted from its folders or index files
 (no image opened), with the words that say where they come from: what the config check
-(:mod:`rambo.retrieval.config_check`) compares with what a run needs."""
+([`rambo.retrieval.config_check`][rambo.retrieval.config_check]) compares with what a run needs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .sop import SOP_FOLDER
 
 
 def counted(count: int, noun: str, plural: str | None = None) -> str:
-    """``"1 class"``, ``"2 classes"``: ``count`` and ``noun`` in the number it takes."""
+    """`"1 class"`, `"2 classes"`: `count` and `noun` in the number it takes."""
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
@@ -25,12 +25,12 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
 class Census:
     """A dataset's splits, and where their classes come from in words.
 
-    ``train``: the training split before the validation hold-out. ``evaluation``: ``{"test": ...}``,
-    or In-shop's ``{"query": ..., "gallery": ...}``. ``train_words`` / ``test_words``: the folder or
-    file and its count of classes ("DIR/train holds 3 class folders with images"). ``unit``: what
-    the user adds to have more classes ("class folders", "classes"). ``halves``: one list of
+    `train`: the training split before the validation hold-out. `evaluation`: `{"test": ...}`,
+    or In-shop's `{"query": ..., "gallery": ...}`. `train_words` / `test_words`: the folder or
+    file and its count of classes ("DIR/train holds 3 class folders with images"). `unit`: what
+    the user adds to have more classes ("class folders", "classes"). `halves`: one list of
     classes split in two, the first half train (the flat ImageFolder layout, CUB), so the run
-    needs twice the training classes it trains on; ``train_where`` / ``test_where``: where classes
+    needs twice the training classes it trains on; `train_where` / `test_where`: where classes
     are added for each split."""
 
     train: ImageRetrievalDataset
@@ -44,14 +44,14 @@ class Census:
 
     @property
     def test(self) -> ImageRetrievalDataset:
-        """The split whose classes a query is ranked among: ``test``, or In-shop's gallery."""
+        """The split whose classes a query is ranked among: `test`, or In-shop's gallery."""
         return self.evaluation["test" if "test" in self.evaluation else "gallery"]
 
 
 def census(name: str, root: Path | str) -> Census:
-    """The splits of dataset ``name`` (``sop``, ``cub``, ``inshop``, ``synthetic``, ``imagefolder``)
-    at ``root``. An ImageFolder split of fewer than 2 classes is counted (the loader refuses it);
-    the other layouts raise what their loaders raise (``FileNotFoundError``, ``ValueError``)."""
+    """The splits of dataset `name` (`sop`, `cub`, `inshop`, `synthetic`, `imagefolder`)
+    at `root`. An ImageFolder split of fewer than 2 classes is counted (the loader refuses it);
+    the other layouts raise what their loaders raise (`FileNotFoundError`, `ValueError`)."""
     root = Path(root)
     if name == "imagefolder":
         train, test = (dataset_of(split_classes(root, split)) for split in ("train", "test"))

@@ -13,12 +13,12 @@ CUB_SPLITS = ("train", "test")
 
 
 def load_cub(root: Path | str, split: str, transform: Callable | None = None) -> ImageRetrievalDataset:
-    """Read CUB_200_2011's ``classes.txt``, ``images.txt`` and ``image_class_labels.txt``.
+    """Read CUB_200_2011's `classes.txt`, `images.txt` and `image_class_labels.txt`.
 
     Split by class, not by the official train_test_split.txt (Song et al. 2016, paper 5.1): the
     first half of the classes in class-id order (classes 1-100 of 200: 5,864 images) train, the
-    rest (101-200: 5,924 images) test. CUB has no super-labels. Image paths in ``images.txt`` are
-    relative to ``root/images``; ``root`` may also be the folder the tgz was extracted into.
+    rest (101-200: 5,924 images) test. CUB has no super-labels. Image paths in `images.txt` are
+    relative to `root/images`; `root` may also be the folder the tgz was extracted into.
     """
     check_split(split, CUB_SPLITS, "cub")
     root = resolve_root(root, "images.txt", CUB_FOLDER, "cub")

@@ -1,20 +1,20 @@
 """Download the real retrieval datasets from their official sources, with pinned checksums.
 
-``download(name, root)`` leaves ``root`` so that ``load_dataset(name, root, split)`` reads it:
+`download(name, root)` leaves `root` so that `load_dataset(name, root, split)` reads it:
 
-* ``cub``: ``CUB_200_2011.tgz`` (Caltech DATA) extracted to ``root/CUB_200_2011/``.
-* ``sop``: ``Stanford_Online_Products.zip`` (Stanford CVGL) extracted to
-  ``root/Stanford_Online_Products/``.
-* ``inshop``: ``img.zip`` and ``list_eval_partition.txt`` from the DeepFashion In-shop Google Drive
-  folder, giving ``root/img/`` and ``root/list_eval_partition.txt``.
+* `cub`: `CUB_200_2011.tgz` (Caltech DATA) extracted to `root/CUB_200_2011/`.
+* `sop`: `Stanford_Online_Products.zip` (Stanford CVGL) extracted to
+  `root/Stanford_Online_Products/`.
+* `inshop`: `img.zip` and `list_eval_partition.txt` from the DeepFashion In-shop Google Drive
+  folder, giving `root/img/` and `root/list_eval_partition.txt`.
 
-Each file is fetched, verified and extracted by :func:`rambo.harness.download.ensure_dataset`
-(pinned MD5, atomic download, checked and staged extraction); a dataset already extracted in
-``root`` (e.g. a shared copy) is used as it is. Without network, or when a checksum does not
-match, it stops with a :class:`~rambo.harness.download.DownloadError` that says where to put the
-file by hand; a file put there is verified the same way and used instead of downloading.
+Each file is fetched, verified and extracted by
+[`rambo.harness.download.ensure_dataset`][rambo.harness.download.ensure_dataset] (pinned MD5, atomic download, checked
+and staged extraction); a dataset already extracted in `root` (e.g. a shared copy) is used as it is. Without network, or
+when a checksum does not match, it stops with a [`DownloadError`][rambo.harness.download.DownloadError] that says where
+to put the file by hand; a file put there is verified the same way and used instead of downloading.
 
-CLI: ``python -m rambo.retrieval.datasets.download NAME ROOT [--mirror DIR_OR_URL]``.
+CLI: `python -m rambo.retrieval.datasets.download NAME ROOT [--mirror DIR_OR_URL]`.
 
 Checksums: CUB's and SOP's MD5s are pinned and always checked. In-shop publishes none: its files
 are used with a printed warning and the MD5 found (compare it with another copy).
@@ -105,13 +105,13 @@ def download(
     mirror: str | None = None,
     archive_dir: Path | str | None = None,
 ) -> Path:
-    """Download and extract dataset ``name`` (``cub``, ``sop`` or ``inshop``) into ``root``.
+    """Download and extract dataset `name` (`cub`, `sop` or `inshop`) into `root`.
 
-    Returns ``root``, ready for ``load_dataset(name, root, split)``. Parts already in place are
-    used as they are. Pinned MD5s are checked (``verify=False`` skips them: Python API only); a
-    file without one (In-shop) is used with a warning, unless ``mirror`` (a folder or URL with the
-    archives, :mod:`rambo.harness.mirror`) lists its MD5 in its ``MD5SUMS``. Archives are kept in
-    ``archive_dir`` (default ``root``). ``show_progress=None``: a progress bar only on a terminal.
+    Returns `root`, ready for `load_dataset(name, root, split)`. Parts already in place are
+    used as they are. Pinned MD5s are checked (`verify=False` skips them: Python API only); a
+    file without one (In-shop) is used with a warning, unless `mirror` (a folder or URL with the
+    archives, [`rambo.harness.mirror`][rambo.harness.mirror]) lists its MD5 in its `MD5SUMS`. Archives are kept in
+    `archive_dir` (default `root`). `show_progress=None`: a progress bar only on a terminal.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; downloadable: {sorted(DATASETS)} (synthetic is generated)")

@@ -1,10 +1,13 @@
 """The one dataset class every loader returns: image paths with class labels and super-labels.
 
-Images are read as RGB values with :func:`rambo.harness.images.rgb_image` (16-bit grayscale scaled
-to 8 bits; integer and floating-point images refused). An image that cannot be read is an
-:class:`UnreadableImageError` naming its file and index;
-:meth:`ImageRetrievalDataset.unreadable` reads every image once and lists those that fail, and
-:meth:`ImageRetrievalDataset.without` drops them (``data.skip_unreadable``)."""
+Images are read as RGB values with [`rambo.harness.images.rgb_image`][rambo.harness.images.rgb_image] (16-bit grayscale
+scaled to 8 bits; integer and floating-point images refused). An image that cannot be read is an
+[`UnreadableImageError`][rambo.retrieval.datasets.image_retrieval_dataset.UnreadableImageError] naming its file and
+index;
+[`ImageRetrievalDataset.unreadable`][rambo.retrieval.datasets.image_retrieval_dataset.ImageRetrievalDataset.unreadable]
+reads every image once and lists those that fail, and
+[`ImageRetrievalDataset.without`][rambo.retrieval.datasets.image_retrieval_dataset.ImageRetrievalDataset.without] drops
+them (`data.skip_unreadable`)."""
 
 from __future__ import annotations
 
@@ -23,14 +26,15 @@ class UnreadableImageError(InputError):
 
 
 def read_image(path: Path | str) -> Image.Image:
-    """The RGB image at ``path``, fully decoded (:func:`rambo.harness.images.rgb_image`: CUB and SOP
-    hold a few grayscale and CMYK JPEGs among the RGB ones). Raises
-    :class:`rambo.harness.images.UnreadableImage` naming ``path`` when it cannot be read."""
+    """The RGB image at `path`, fully decoded ([`rambo.harness.images.rgb_image`][rambo.harness.images.rgb_image]: CUB
+    and SOP hold a few grayscale and CMYK JPEGs among the RGB ones). Raises
+    [`rambo.harness.images.UnreadableImage`][rambo.harness.images.UnreadableImage] naming `path` when it cannot be
+    read."""
     return rgb_image(path)
 
 
 def unreadable_reason(path: Path | str) -> str | None:
-    """Why the image at ``path`` cannot be read (the decoder's error, or the mode refused, in one
+    """Why the image at `path` cannot be read (the decoder's error, or the mode refused, in one
     line), or None."""
     try:
         read_image(path)
@@ -43,19 +47,19 @@ class ImageRetrievalDataset(torch.utils.data.Dataset):
     """Images on disk with a class label (and optionally a super-label) each.
 
     Args:
-        image_paths: ``n`` image files.
-        labels: ``n`` class labels; contiguous ``0..C-1`` within a split (the loaders remap them).
-        super_labels: ``n`` super-labels (SOP super-class, In-shop category) or ``None``; used by
-            :class:`rambo.retrieval.samplers.SuperLabelBatchSampler`.
+        image_paths: `n` image files.
+        labels: `n` class labels; contiguous `0..C-1` within a split (the loaders remap them).
+        super_labels: `n` super-labels (SOP super-class, In-shop category) or `None`; used by
+            [`rambo.retrieval.samplers.SuperLabelBatchSampler`][rambo.retrieval.samplers.SuperLabelBatchSampler].
         transform: called on the RGB PIL image, e.g. a torchvision transform.
 
-    ``dataset[i]`` is ``(image, label, i)``: the index lets training and evaluation find the image
+    `dataset[i]` is `(image, label, i)`: the index lets training and evaluation find the image
     again (score memory, example retrievals in Fig. 4).
 
     Attributes:
-        labels: ``LongTensor [n]``.
-        super_labels: ``LongTensor [n]`` or ``None``.
-        image_paths: ``list[Path]`` of length ``n``.
+        labels: `LongTensor [n]`.
+        super_labels: `LongTensor [n]` or `None`.
+        image_paths: `list[Path]` of length `n`.
     """
 
     def __init__(
@@ -98,7 +102,7 @@ class ImageRetrievalDataset(torch.utils.data.Dataset):
         return image, int(self.labels[index]), index
 
     def unreadable(self) -> list[tuple[int, Path, str]]:
-        """``(index, path, reason)`` of every image that cannot be read, each image read once."""
+        """`(index, path, reason)` of every image that cannot be read, each image read once."""
         found = []
         for index, path in enumerate(self.image_paths):
             reason = unreadable_reason(path)
@@ -107,7 +111,7 @@ class ImageRetrievalDataset(torch.utils.data.Dataset):
         return found
 
     def without(self, indices) -> ImageRetrievalDataset:
-        """This dataset less the images at ``indices`` (same labels, super-labels and transform)."""
+        """This dataset less the images at `indices` (same labels, super-labels and transform)."""
         dropped = set(int(i) for i in indices)
         keep = [i for i in range(len(self)) if i not in dropped]
         supers = None if self.super_labels is None else self.super_labels[keep].tolist()
@@ -129,6 +133,6 @@ class ImageRetrievalDataset(torch.utils.data.Dataset):
 
 
 def contiguous_labels(raw: Sequence) -> list[int]:
-    """Map raw class ids (ints or strings) to ``0..C-1`` in sorted order of the raw ids."""
+    """Map raw class ids (ints or strings) to `0..C-1` in sorted order of the raw ids."""
     index = {value: i for i, value in enumerate(sorted(set(raw)))}
     return [index[value] for value in raw]

@@ -2,9 +2,9 @@
 
 Two layouts are read, the first found wins:
 
-* ``root/train/<class>/<image>`` and ``root/test/<class>/<image>``: the user's own split (the test
+* `root/train/<class>/<image>` and `root/test/<class>/<image>`: the user's own split (the test
   classes should be other classes than the training ones: retrieval is evaluated on unseen classes);
-* ``root/<class>/<image>``: the classes in sorted order of their folder names, the first half train
+* `root/<class>/<image>`: the classes in sorted order of their folder names, the first half train
   and the rest test, as CUB's metric-learning split (paper Sec. 5.1) splits its classes.
 
 Images are files with one of torchvision's image extensions (case ignored); hidden files and
@@ -25,7 +25,7 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".t
 
 
 def class_folders(folder: Path) -> dict[str, list[Path]]:
-    """``{class folder name: its image files, sorted}`` for the non-hidden subfolders of ``folder``
+    """`{class folder name: its image files, sorted}` for the non-hidden subfolders of `folder`
     that hold at least one image."""
     classes = {}
     for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
@@ -42,14 +42,14 @@ def class_folders(folder: Path) -> dict[str, list[Path]]:
 
 
 def has_own_split(root: Path) -> bool:
-    """True when ``root`` holds ``train/`` and ``test/`` folders (the user's own split)."""
+    """True when `root` holds `train/` and `test/` folders (the user's own split)."""
     return (root / "train").is_dir() and (root / "test").is_dir()
 
 
 def split_classes(root: Path, split: str) -> dict[str, list[Path]]:
-    """``{class folder name: its images}`` of split ``split`` (``train`` or ``test``) of the tree at
-    ``root``, however few (:func:`load_imagefolder` needs 2): the ``train``/``test`` folder's class
-    folders, or a half of ``root``'s class folders in sorted order (module docstring)."""
+    """`{class folder name: its images}` of split `split` (`train` or `test`) of the tree at
+    `root`, however few ([`load_imagefolder`][rambo.retrieval.datasets.imagefolder.load_imagefolder] needs 2): the
+    `train`/`test` folder's class folders, or a half of `root`'s class folders in sorted order (module docstring)."""
     if has_own_split(root):
         return class_folders(root / split)
     every = class_folders(root)
@@ -59,10 +59,10 @@ def split_classes(root: Path, split: str) -> dict[str, list[Path]]:
 
 
 def load_imagefolder(root: Path | str, split: str, transform: Callable | None = None) -> ImageRetrievalDataset:
-    """Read split ``split`` (``train`` or ``test``) of the ImageFolder tree at ``root`` (module docstring).
+    """Read split `split` (`train` or `test`) of the ImageFolder tree at `root` (module docstring).
 
-    Raises ``FileNotFoundError`` when ``root`` is not a folder, and ``ValueError`` when it (or its
-    ``train``/``test`` folder) holds fewer than 2 class folders with images."""
+    Raises `FileNotFoundError` when `root` is not a folder, and `ValueError` when it (or its
+    `train`/`test` folder) holds fewer than 2 class folders with images."""
     check_split(split, IMAGEFOLDER_SPLITS, "imagefolder")
     root = Path(root)
     if not root.is_dir():
@@ -85,7 +85,7 @@ def load_imagefolder(root: Path | str, split: str, transform: Callable | None = 
 
 
 def dataset_of(classes: dict[str, list[Path]], transform: Callable | None = None) -> ImageRetrievalDataset:
-    """The images of ``classes`` (``{class name: its images}``), labelled ``0..C-1`` in sorted order of the names."""
+    """The images of `classes` (`{class name: its images}`), labelled `0..C-1` in sorted order of the names."""
     paths = [path for images in classes.values() for path in images]
     labels = [name for name, images in classes.items() for _ in images]
     return ImageRetrievalDataset(paths, contiguous_labels(labels), None, transform=transform)

@@ -13,11 +13,11 @@ INSHOP_SPLITS = ("train", "query", "gallery")
 
 
 def find_image_root(root: Path, index_root: Path) -> Path:
-    """The folder holding ``img/`` (the paths in the index start with "img/"): ``root``, the index's
-    folder, or ``root/Img`` (the official Drive folder's ``Img/img.zip`` extracted where it lies).
+    """The folder holding `img/` (the paths in the index start with "img/"): `root`, the index's
+    folder, or `root/Img` (the official Drive folder's `Img/img.zip` extracted where it lies).
 
-    ``img_highres/`` alone (the high-resolution release, ``img_highres.zip``) is refused: the paper's
-    numbers use ``img.zip``, and the index's paths name ``img/``.
+    `img_highres/` alone (the high-resolution release, `img_highres.zip`) is refused: the paper's
+    numbers use `img.zip`, and the index's paths name `img/`.
     """
     candidates = list(dict.fromkeys((root, index_root, root / "Img")))
     for folder in candidates:
@@ -37,15 +37,16 @@ def find_image_root(root: Path, index_root: Path) -> Path:
 
 
 def load_inshop(root: Path | str, split: str, transform: Callable | None = None) -> ImageRetrievalDataset:
-    """Read ``root/list_eval_partition.txt`` (or ``root/Eval/...``), images under ``root/img/``
-    (or ``root/Img/img/``, the official folder's layout: :func:`find_image_root`).
+    """Read `root/list_eval_partition.txt` (or `root/Eval/...`), images under `root/img/`
+    (or `root/Img/img/`, the official folder's layout:
+    [`find_image_root`][rambo.retrieval.datasets.inshop.find_image_root]).
 
-    The file has a count line, a header line, then ``image_name item_id evaluation_status`` rows
+    The file has a count line, a header line, then `image_name item_id evaluation_status` rows
     (paper 5.1: 25,882 train images of 3,997 items; 14,218 query + 12,612 gallery images of 3,985
-    items). Super-label = the item's category folder, e.g. ``img/MEN/Denim/id_00000080/...`` ->
-    ``MEN/Denim`` (23 of them). Query and gallery share one label map (the items of both, in
+    items). Super-label = the item's category folder, e.g. `img/MEN/Denim/id_00000080/...` ->
+    `MEN/Denim` (23 of them). Query and gallery share one label map (the items of both, in
     item-id order) so a query's label equals its gallery matches' label; train gets its own
-    ``0..C-1``. Super-labels use one map over the whole file.
+    `0..C-1`. Super-labels use one map over the whole file.
     """
     check_split(split, INSHOP_SPLITS, "inshop")
     index_root = resolve_root(root, "list_eval_partition.txt", INSHOP_FOLDER, "inshop")

@@ -6,10 +6,10 @@ from pathlib import Path
 
 
 def resolve_root(root: Path | str, marker: str, folder: str, dataset: str) -> Path:
-    """Return the folder holding ``marker``: ``root`` itself or ``root/folder``.
+    """Return the folder holding `marker`: `root` itself or `root/folder`.
 
-    ``folder`` is the name the official archive extracts to (``Stanford_Online_Products``, ...), so
-    both the dataset folder and the folder it was extracted into are accepted as ``root``.
+    `folder` is the name the official archive extracts to (`Stanford_Online_Products`, ...), so
+    both the dataset folder and the folder it was extracted into are accepted as `root`.
     """
     root = Path(root)
     for candidate in (root, root / folder):
@@ -22,9 +22,9 @@ def resolve_root(root: Path | str, marker: str, folder: str, dataset: str) -> Pa
 
 
 def read_rows(path: Path, columns: int, skip: int = 0) -> list[tuple[int, list[str]]]:
-    """Whitespace-separated rows of ``path`` after ``skip`` header lines, as ``(line number, fields)``.
+    """Whitespace-separated rows of `path` after `skip` header lines, as `(line number, fields)`.
 
-    Blank lines are ignored; a row with fewer than ``columns`` fields is a ``ValueError`` naming
+    Blank lines are ignored; a row with fewer than `columns` fields is a `ValueError` naming
     the file and line.
     """
     rows = []
@@ -40,7 +40,7 @@ def read_rows(path: Path, columns: int, skip: int = 0) -> list[tuple[int, list[s
 
 
 def check_split(split: str, allowed: tuple[str, ...], dataset: str) -> None:
-    """Raise ``ValueError`` unless ``split`` is one of ``allowed``."""
+    """Raise `ValueError` unless `split` is one of `allowed`."""
     if split not in allowed:
         raise ValueError(f"{dataset} split must be one of {allowed}, got {split!r}")
 
@@ -54,7 +54,7 @@ LAYOUT_MARKERS = {
 
 
 def detect_layout(root: Path | str) -> str | None:
-    """``sop``, ``cub`` or ``inshop`` when ``root`` (or its official subfolder) holds that dataset's
-    index file, else ``None``. An ImageFolder tree has no index file: it is not detected here."""
+    """`sop`, `cub` or `inshop` when `root` (or its official subfolder) holds that dataset's
+    index file, else `None`. An ImageFolder tree has no index file: it is not detected here."""
     root = Path(root)
     return next((name for name, paths in LAYOUT_MARKERS.items() if any((root / p).is_file() for p in paths)), None)

@@ -1,4 +1,4 @@
-"""``load_dataset(name, root, split)``: one entry point for the configs, dispatching on the name."""
+"""`load_dataset(name, root, split)`: one entry point for the configs, dispatching on the name."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ LOADERS: dict[str, Callable[..., ImageRetrievalDataset]] = {
 
 
 def load_dataset(name: str, root: Path | str, split: str, transform: Callable | None = None) -> ImageRetrievalDataset:
-    """Load split ``split`` of dataset ``name`` (``sop``, ``cub``, ``inshop``, ``synthetic`` or ``imagefolder``) from ``root``."""
+    """Load split `split` of dataset `name` (`sop`, `cub`, `inshop`, `synthetic` or `imagefolder`) from `root`."""
     if name not in LOADERS:
         raise ValueError(f"unknown dataset {name!r}; expected one of {sorted(LOADERS)}")
     return LOADERS[name](root, split, transform=transform)

@@ -13,12 +13,12 @@ SOP_SPLITS = ("train", "test")
 
 
 def load_sop(root: Path | str, split: str, transform: Callable | None = None) -> ImageRetrievalDataset:
-    """Read ``root/Ebay_{split}.txt`` (columns ``image_id class_id super_class_id path``).
+    """Read `root/Ebay_{split}.txt` (columns `image_id class_id super_class_id path`).
 
     The official protocol (paper 5.1): train = 59,551 images of 11,318 classes, test = 60,502
     images of 11,316 classes, 12 super-classes (bicycle, cabinet, ...) shared by both splits.
-    ``root`` may be the dataset folder or the folder the zip was extracted into. Paths in the
-    file are relative to the dataset folder. Labels and super-labels are remapped to ``0..C-1``
+    `root` may be the dataset folder or the folder the zip was extracted into. Paths in the
+    file are relative to the dataset folder. Labels and super-labels are remapped to `0..C-1`
     in the order of the original ids.
     """
     check_split(split, SOP_SPLITS, "sop")

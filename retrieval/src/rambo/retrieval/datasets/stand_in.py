@@ -1,41 +1,41 @@
 """Small stand-ins of the real retrieval datasets' downloads, in their archive formats and layouts.
 
-``write_archives(out_dir, seed=0)`` writes into ``out_dir`` exactly the files that the download
-table (:data:`rambo.retrieval.datasets.download.DATASETS`) names, each small, so that a smoke test
-(CI) can run the real path: download from a ``file://`` URL, MD5 check, extraction, loader,
+`write_archives(out_dir, seed=0)` writes into `out_dir` exactly the files that the download
+table (`rambo.retrieval.datasets.download.DATASETS`) names, each small, so that a smoke test
+(CI) can run the real path: download from a `file://` URL, MD5 check, extraction, loader,
 training. They extract to what the official archives extract to:
 
-* ``Stanford_Online_Products.zip`` -> ``Stanford_Online_Products/`` with ``Ebay_train.txt``,
-  ``Ebay_test.txt``, ``Ebay_info.txt`` (header ``image_id class_id super_class_id path``) and
-  ``<super-class>_final/<product id>_<n>.JPG``: 4 of the 12 real super-classes (real ids and names),
+* `Stanford_Online_Products.zip` -> `Stanford_Online_Products/` with `Ebay_train.txt`,
+  `Ebay_test.txt`, `Ebay_info.txt` (header `image_id class_id super_class_id path`) and
+  `<super-class>_final/<product id>_<n>.JPG`: 4 of the 12 real super-classes (real ids and names),
   5 classes x 4 images each for train and again for test. Class ids are 1-based and grouped by
   super-class, train classes first and test classes after them (disjoint); image ids continue
   from train into test, as in the real files.
-* ``CUB_200_2011.tgz`` -> ``CUB_200_2011/`` with ``classes.txt``, ``images.txt``,
-  ``image_class_labels.txt``, ``train_test_split.txt``, ``bounding_boxes.txt`` and
-  ``images/<NNN.Name>/<Name>_<NNNN>_<n>.jpg``: 10 real classes x 6 images, 5 of the first 100
-  (001-005, train in the metric-learning split) and 5 of the last 100 (101-105, test); ``load_cub``
+* `CUB_200_2011.tgz` -> `CUB_200_2011/` with `classes.txt`, `images.txt`,
+  `image_class_labels.txt`, `train_test_split.txt`, `bounding_boxes.txt` and
+  `images/<NNN.Name>/<Name>_<NNNN>_<n>.jpg`: 10 real classes x 6 images, 5 of the first 100
+  (001-005, train in the metric-learning split) and 5 of the last 100 (101-105, test); `load_cub`
   splits the listed classes in halves, so it picks exactly those.
-* ``img.zip`` -> ``img/<MEN|WOMEN>/<Category>/id_XXXXXXXX/NN_N_<view>.jpg`` and
-  ``list_eval_partition.txt`` (a count line, the header ``image_name item_id evaluation_status``,
+* `img.zip` -> `img/<MEN|WOMEN>/<Category>/id_XXXXXXXX/NN_N_<view>.jpg` and
+  `list_eval_partition.txt` (a count line, the header `image_name item_id evaluation_status`,
   then padded rows): 4 real categories, each with 4 train items of 8 images and 2 test items whose
   8 images are 3 query + 5 gallery (query and gallery share the items; train items are other ones).
 
 Why these sizes: the training configs draw batches of 4 images per class (SOP, CUB) or 8 (In-shop)
 and hold 20 % of the training classes of each super-label out for validation (class-disjoint).
-With ``batch_size=16`` a CUB batch needs 4 distinct classes after that hold-out, hence 5 training
+With `batch_size=16` a CUB batch needs 4 distinct classes after that hold-out, hence 5 training
 classes (4 would leave 3); SOP and In-shop keep 4 and 3 classes per super-label, and every In-shop
 item has the 8 images a batch takes of it.
 
 Images are 40 x 48 px JPEGs: a shape (per super-class / category; per class for CUB) in the
 class's two colours with class-specific stripes, on a random background, with random pose, scale,
 colour jitter and noise, so the task is learnable. Everything comes from
-``numpy.random.default_rng([seed, dataset, class, image])``, and the archives are written with
+`numpy.random.default_rng([seed, dataset, class, image])`, and the archives are written with
 fixed timestamps, owners and permissions, members sorted (folders before their contents) and a
 gzip header without name or time: the same seed gives the same bytes, hence the same MD5, with
 the same Pillow / zlib builds (their JPEG and deflate encoders decide the bytes).
 
-CLI: ``python -m rambo.retrieval.datasets.stand_in OUT_DIR [--seed N]`` prints the paths written.
+CLI: `python -m rambo.retrieval.datasets.stand_in OUT_DIR [--seed N]` prints the paths written.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class Look:
 
 
 def class_look(rng: np.random.Generator, shape: int) -> Look:
-    """A random look of shape ``shape`` (index into :data:`SHAPES`)."""
+    """A random look of shape `shape` (index into `SHAPES`)."""
     hue = rng.random()
     return Look(
         shape=shape,
@@ -132,7 +132,7 @@ def _rgb(hsv, rng: np.random.Generator | None = None) -> np.ndarray:
 def render(
     look: Look, rng: np.random.Generator, size: tuple[int, int] = IMAGE_SIZE
 ) -> tuple[np.ndarray, tuple[int, int, int, int]]:
-    """One view of ``look``: ``(uint8 [height, width, 3], object box (x, y, width, height) in pixels)``."""
+    """One view of `look`: `(uint8 [height, width, 3], object box (x, y, width, height) in pixels)`."""
     width, height = size
     x = (np.arange(width) + 0.5) / width * 2 - 1
     y = (np.arange(height) + 0.5) / height * 2 - 1
@@ -159,7 +159,7 @@ def render(
 
 
 def jpeg(pixels: np.ndarray, quality: int = 90) -> bytes:
-    """``pixels`` (``uint8 [H, W, 3]``) as JPEG bytes (no EXIF, no timestamps: deterministic)."""
+    """`pixels` (`uint8 [H, W, 3]`) as JPEG bytes (no EXIF, no timestamps: deterministic)."""
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format="JPEG", quality=quality)
     return buffer.getvalue()
@@ -175,7 +175,7 @@ def _look(seed: int, dataset: str, class_key: int, shape: int) -> Look:
 
 
 def _distinct(rng: np.random.Generator, low: int, high: int, count: int) -> list[int]:
-    """``count`` distinct integers in ``[low, high)``, in the order drawn."""
+    """`count` distinct integers in `[low, high)`, in the order drawn."""
     return [low + int(v) for v in rng.choice(high - low, size=count, replace=False)]
 
 
@@ -189,7 +189,7 @@ def _lines(rows) -> bytes:
 
 
 def sop_files(seed: int = 0) -> dict[str, bytes]:
-    """The members of the SOP stand-in zip (``Stanford_Online_Products/...``)."""
+    """The members of the SOP stand-in zip (`Stanford_Online_Products/...`)."""
     folder = "Stanford_Online_Products"
     per_split = len(SOP_SUPER_CLASSES) * SOP_CLASSES_PER_SUPER
     rng = np.random.default_rng([seed, _TAG["sop"]])
@@ -216,7 +216,7 @@ def sop_files(seed: int = 0) -> dict[str, bytes]:
 
 
 def cub_files(seed: int = 0) -> dict[str, bytes]:
-    """The members of the CUB stand-in tgz (``CUB_200_2011/...``)."""
+    """The members of the CUB stand-in tgz (`CUB_200_2011/...`)."""
     folder = "CUB_200_2011"
     rng = np.random.default_rng([seed, _TAG["cub"]])
     files: dict[str, bytes] = {}
@@ -253,7 +253,7 @@ def cub_files(seed: int = 0) -> dict[str, bytes]:
 
 
 def inshop_files(seed: int = 0) -> tuple[dict[str, bytes], bytes]:
-    """The members of the In-shop stand-in ``img.zip`` and the bytes of ``list_eval_partition.txt``."""
+    """The members of the In-shop stand-in `img.zip` and the bytes of `list_eval_partition.txt`."""
     rng = np.random.default_rng([seed, _TAG["inshop"]])
     slots = [
         (category, split)
@@ -285,11 +285,11 @@ def _write_bytes(path: Path, data: bytes) -> Path:
 
 
 def write_archives(out_dir: Path | str, seed: int = 0) -> list[Path]:
-    """Write the stand-in of every file of :data:`~rambo.retrieval.datasets.download.DATASETS` into ``out_dir``.
+    """Write the stand-in of every file of `DATASETS` into `out_dir`.
 
-    Returns their paths, in the table's order (cub, sop, inshop): ``CUB_200_2011.tgz``,
-    ``Stanford_Online_Products.zip``, ``img.zip``, ``list_eval_partition.txt``. Each is written
-    atomically; existing files of those names are replaced. Same ``seed``, same bytes.
+    Returns their paths, in the table's order (cub, sop, inshop): `CUB_200_2011.tgz`,
+    `Stanford_Online_Products.zip`, `img.zip`, `list_eval_partition.txt`. Each is written
+    atomically; existing files of those names are replaced. Same `seed`, same bytes.
     """
     if int(seed) != seed or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed}")

@@ -8,14 +8,14 @@ object under a new pose (rotation, scale, position), with colour jitter, a clutt
 family, so they are the hard negatives, as SOP's super-classes are.
 
 Train classes are the first half of the class ids, test classes the second half (disjoint, like
-SOP), and both contain every super-class. Because it is written as ``Ebay_train.txt`` /
-``Ebay_test.txt`` + image folders, ``load_sop`` is what reads it.
+SOP), and both contain every super-class. Because it is written as `Ebay_train.txt` /
+`Ebay_test.txt` + image folders, `load_sop` is what reads it.
 
-Everything is drawn from ``numpy.random.default_rng([seed, class_id])`` (the class) and
-``default_rng([seed, class_id, image])`` (the image), so the files depend only on the seed and
+Everything is drawn from `numpy.random.default_rng([seed, class_id])` (the class) and
+`default_rng([seed, class_id, image])` (the image), so the files depend only on the seed and
 the size parameters, never on generation order.
 
-CLI: ``python -m rambo.retrieval.datasets.synthetic ROOT --seed 0``.
+CLI: `python -m rambo.retrieval.datasets.synthetic ROOT --seed 0`.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ SUPERSAMPLE = 2
 
 @dataclass(frozen=True)
 class SyntheticParameters:
-    """What the files depend on; stored in ``synthetic.json`` beside the SOP index files."""
+    """What the files depend on; stored in `synthetic.json` beside the SOP index files."""
 
     seed: int = 0
     num_classes: int = 200
@@ -101,12 +101,12 @@ class ObjectClass:
 
 
 def super_class_of(class_id: int, num_super_classes: int) -> int:
-    """0-based super-class of 1-based ``class_id``: round robin, so every split has every family."""
+    """0-based super-class of 1-based `class_id`: round robin, so every split has every family."""
     return (class_id - 1) % num_super_classes
 
 
 def draw_class(seed: int, class_id: int, num_super_classes: int) -> ObjectClass:
-    """The appearance of class ``class_id`` (1-based), from its own random stream."""
+    """The appearance of class `class_id` (1-based), from its own random stream."""
     rng = np.random.default_rng([seed, class_id])
     hue = rng.random()
     # Texture and marker hues are kept away from the body hue so the texture is visible.
@@ -136,7 +136,7 @@ def _regular_polygon(radius: np.ndarray, angle: np.ndarray, sides: int, size: fl
 
 
 def shape_mask(family: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Inside-test of shape family ``family`` in its own frame (radius about 1). ``u, v: [H, W]``."""
+    """Inside-test of shape family `family` in its own frame (radius about 1). `u, v: [H, W]`."""
     radius = np.hypot(u, v)
     angle = np.arctan2(v, u)
     name = SHAPE_FAMILIES[family]
@@ -167,7 +167,7 @@ def shape_mask(family: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def texture_mask(kind: int, u: np.ndarray, v: np.ndarray, wavelength: float, angle: float) -> np.ndarray:
-    """Where the texture colour replaces the body colour, in the object's frame. ``[H, W]`` bool."""
+    """Where the texture colour replaces the body colour, in the object's frame. `[H, W]` bool."""
     name = TEXTURES[kind]
     along = u * np.cos(angle) + v * np.sin(angle)
     if name == "solid":
@@ -194,7 +194,7 @@ def _jitter(colour: tuple[float, float, float], rng: np.random.Generator) -> np.
 
 
 def render_image(appearance: ObjectClass, rng: np.random.Generator, image_size: int) -> np.ndarray:
-    """One view of ``appearance``: ``uint8 [image_size, image_size, 3]``.
+    """One view of `appearance`: `uint8 [image_size, image_size, 3]`.
 
     Variation per image: background gradient and 2-5 distractor shapes (clutter), rotation within
     +-45 degrees (pose), object radius 24-38 % of the image (scale), position, colour jitter of
@@ -292,7 +292,7 @@ def _matches(root: Path, params: SyntheticParameters) -> bool:
 
 
 def _previous_synthetic(root: Path) -> dict | None:
-    """The parameters of the synthetic set in ``root`` (its manifest), or None if it holds none."""
+    """The parameters of the synthetic set in `root` (its manifest), or None if it holds none."""
     try:
         manifest = json.loads((root / MANIFEST).read_text())
     except (OSError, ValueError):
@@ -309,15 +309,15 @@ def generate_synthetic(
     num_super_classes: int = 12,
     show_progress: bool = True,
 ) -> Path:
-    """Write the synthetic dataset in the SOP layout under ``root`` and return ``root``.
+    """Write the synthetic dataset in the SOP layout under `root` and return `root`.
 
-    The defaults are the ``mini`` profile's: 200 classes (100 train, 100 test) x 20 images of
-    32 x 32 px = 4,000 images, 12 super-classes. Idempotent: if ``root`` already holds a complete
+    The defaults are the `mini` profile's: 200 classes (100 train, 100 test) x 20 images of
+    32 x 32 px = 4,000 images, 12 super-classes. Idempotent: if `root` already holds a complete
     copy with the same parameters it returns at once. Atomic: the files are written into a
-    temporary sibling folder that is renamed to ``root`` when complete, so an interrupted run
-    leaves no half-written dataset. A ``root`` holding a synthetic set of other parameters (its
-    ``synthetic.json`` says so) is replaced by the new one; a non-empty ``root`` holding anything
-    else is a ``ValueError``.
+    temporary sibling folder that is renamed to `root` when complete, so an interrupted run
+    leaves no half-written dataset. A `root` holding a synthetic set of other parameters (its
+    `synthetic.json` says so) is replaced by the new one; a non-empty `root` holding anything
+    else is a `ValueError`.
     """
     params = SyntheticParameters(
         int(seed), int(num_classes), int(images_per_class), int(image_size), int(num_super_classes)
