@@ -181,7 +181,10 @@ def test_the_tables_stage_reads_its_profiles_runs_names_it_and_not_run_is_that_p
     assert "Profile `tiny`: sop: tiny synthetic set; mean ± std over seeds [0]; the paper's number in brackets; " in (
         text
     )
-    assert "not run: a row profile `tiny` does not train." in (out / "table2.md").read_text()
+    assert (
+        "not run: a row profile `tiny` does not train (`make reproduce PROFILE=paper` trains every row: GPUs, "
+        "the real datasets)." in (out / "table2.md").read_text()
+    )
     assert json.loads((out / "summary.json").read_text())["profile"] == "tiny"
     assert (two_profiles / "results" / "tiny" / "plots" / "table2.json").is_file()
     assert snapshot(two_profiles, skip=two_profiles / "results" / "tiny") == before  # mini's files untouched

@@ -1,16 +1,16 @@
 """The paper's qualitative claims, tested on a profile's runs: differences paired by seed, with a 95% interval.
 
-Each :class:`Claim` compares two table cells of the same seeds (method A minus method B, in
+Each `Claim` compares two table cells of the same seeds (method A minus method B, in
 points): the paper's two numbers and their difference, the profile's mean difference over seeds
 with a two-sided 95% Student-t interval of the paired differences, and a verdict:
 
-* ``holds``: the interval lies above 0 (the claim's direction, measured beyond the seeds' noise);
-* ``contradicted``: the interval lies below 0;
-* ``not resolved``: the interval contains 0 (with 3 seeds the t factor is 4.30: only large,
+* `holds`: the interval lies above 0 (the claim's direction, measured beyond the seeds' noise);
+* `contradicted`: the interval lies below 0;
+* `not resolved`: the interval contains 0 (with 3 seeds the t factor is 4.30: only large,
   consistent differences resolve).
 
 The mini-batch mAP bias claim (paper Fig. 2) is read from the figure's own numbers
-(``fig2_minibatch_map.json``: 100 sampled batches per setting; normal-approximation interval of the
+(`fig2_minibatch_map.json`: 100 sampled batches per setting; normal-approximation interval of the
 difference of two means). Cells of datasets a profile does not run are left out.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from rambo.harness.paired_interval import Z_975, paired_interval, verdict
 from rambo.harness.run_files import ListOf, bad_file, check, read_json
 
-#: What to do about a bad ``fig2_minibatch_map.json`` of the pipeline.
+#: What to do about a bad `fig2_minibatch_map.json` of the pipeline.
 FIGURE2_FIX = "rebuild it: `dvc repro figure_2` (or `python -m rambo.figures.fig2_minibatch_map --out DIR`)"
 _BIAS = {"mean": float, "std": float, "batches": int}
 #: What the claims read of Fig. 2's numbers (and of each row, the curve with the score memory).
@@ -33,7 +33,7 @@ FIGURE2 = {"true_map": float, "curves": [str], "rows": ListOf({"batch_size": int
 
 @dataclass(frozen=True)
 class Claim:
-    """``a`` beats ``b``: each ``(task, dataset, method)`` names a cell of ``tables.runs``."""
+    """`a` beats `b`: each `(task, dataset, method)` names a cell of `tables.runs`."""
 
     text: str
     task: str
@@ -123,7 +123,7 @@ CLAIMS = (
 
 
 def evaluate_claims(read_values, run_map: dict) -> list[dict]:
-    """Every claim whose two cells the profile runs. ``read_values(task, experiment, metric)`` gives
+    """Every claim whose two cells the profile runs. `read_values(task, experiment, metric)` gives
     the per-seed values in percent, in the order of the profile's seeds."""
     rows = []
     for claim in CLAIMS:
@@ -153,7 +153,8 @@ def evaluate_claims(read_values, run_map: dict) -> list[dict]:
 def minibatch_bias_claims(figure_json: Path, fix: str = FIGURE2_FIX) -> list[dict]:
     """Fig. 2: the bias of mini-batch mAP (its mean minus the true mAP) shrinks with batch size and
     with the score memory; from the figure's numbers (mean, std over its sampled batches). None
-    without the file; a bad one is a :class:`rambo.harness.run_files.RunFileError` ending in ``fix``."""
+    without the file; a bad one is a [`rambo.harness.run_files.RunFileError`][rambo.harness.run_files.RunFileError]
+    ending in `fix`."""
     if not figure_json.is_file():
         return []
     data = read_json(figure_json, fix, FIGURE2)
@@ -206,9 +207,9 @@ def _number(value: float | None) -> str:
 def claims_markdown(
     rows: list[dict], profile: str, seeds: list[int], machines: str = "", second: dict | None = None
 ) -> str:
-    """The claims table; ``machines``: where the runs came from; ``second``: the profile's
-    ``tables.second_draw`` (``label``, ``machines``), whose per-claim results the rows carry
-    (``row["second_draw"]``): one more column, the verdict on that draw and whether it agrees."""
+    """The claims table; `machines`: where the runs came from; `second`: the profile's
+    `tables.second_draw` (`label`, `machines`), whose per-claim results the rows carry
+    (`row["second_draw"]`): one more column, the verdict on that draw and whether it agrees."""
     header = "| claim | paper | paper difference | this profile (mean per seed) | difference [95% interval] | verdict |"
     rule = "|---|---|---|---|---|---|"
     if second:

@@ -1,10 +1,10 @@
 """The paper's reproduced tables as data: which runs fill each cell, and the paper's number for it.
 
-A cell names the runs behind it by ``(task, dataset, method)``, the directory
-``runs/<task>/<dataset>/<method>/seed<k>/metrics.json`` that the pipeline writes, and a metric in
-that JSON. ``dataset`` is the paper's name (``sop``, ``cub``, ``inshop`` for retrieval; a detection
-setting such as ``r50_07``); a profile maps it to what actually ran (``mini``: ``sop`` ->
-``synthetic``). ``paper`` is the paper's value in percent (``None``: the paper has none).
+A cell names the runs behind it by `(task, dataset, method)`, the directory
+`runs/<task>/<dataset>/<method>/seed<k>/metrics.json` that the pipeline writes, and a metric in
+that JSON. `dataset` is the paper's name (`sop`, `cub`, `inshop` for retrieval; a detection
+setting such as `r50_07`); a profile maps it to what actually ran (`mini`: `sop` ->
+`synthetic`). `paper` is the paper's value in percent (`None`: the paper has none).
 """
 
 from __future__ import annotations

@@ -1,28 +1,28 @@
-"""The paper-settings ledger (``ablations/paper_settings.yaml``), checked against the configs the
+"""The paper-settings ledger (`ablations/paper_settings.yaml`), checked against the configs the
 paper profile composes.
 
     python -m rambo.ablations.paper_settings            # every entry of every paper experiment; exit 1 on drift
 
-For every paper experiment (retrieval: ``experiment=<row> profile=paper``; detection:
-``experiment=<row>``, which picks its own profile) the ledger's entries that apply to it
-(``common``, then each group whose ``applies_to`` globs match, then ``experiments.<row>``; a
+For every paper experiment (retrieval: `experiment=<row> profile=paper`; detection:
+`experiment=<row>`, which picks its own profile) the ledger's entries that apply to it
+(`common`, then each group whose `applies_to` globs match, then `experiments.<row>`; a
 later entry of the same key replaces an earlier one) are compared with the resolved config:
 
-* an entry holds when the resolved value equals its ``value``;
-* an entry with ``status: open`` is a known defect not fixed yet: the resolved value must equal
-  its ``current`` (so the ledger still notices when it changes, fixed or not) and it is listed
+* an entry holds when the resolved value equals its `value`;
+* an entry with `status: open` is a known defect not fixed yet: the resolved value must equal
+  its `current` (so the ledger still notices when it changes, fixed or not) and it is listed
   as open;
-* an entry with ``in_config: false`` is decided in code, not in a config key: listed, not compared.
+* an entry with `in_config: false` is decided in code, not in a config key: listed, not compared.
 
 Anything else, and a key the config does not have, is drift: the check fails and names it.
 
-Every entry records what the paper states (``paper_value``: the value in the entry's own terms,
-or ``not stated``) and, where a reference implementation is followed or departed from, what that
-code does (``code_value``, optional). An entry whose ``value`` differs from either must be a
-``deviation`` (earlier versions let an entry differ from the paper silently, as the CE rows'
-batch and learning rate did); a ``deviation`` whose value differs from neither is a stale row.
-Every entry with a ``deviation`` (a setting the project deliberately does differently) names its
-row of the deviations table of ``docs/faithfulness.md`` (``readme_row``, the row's first cell); a row
+Every entry records what the paper states (`paper_value`: the value in the entry's own terms,
+or `not stated`) and, where a reference implementation is followed or departed from, what that
+code does (`code_value`, optional). An entry whose `value` differs from either must be a
+`deviation` (earlier versions let an entry differ from the paper silently, as the CE rows'
+batch and learning rate did); a `deviation` whose value differs from neither is a stale row.
+Every entry with a `deviation` (a setting the project deliberately does differently) names its
+row of the deviations table of `docs/faithfulness.md` (`readme_row`, the row's first cell); a row
 that is not there fails the check as well, so the table cannot lose a deviation the ledger keeps.
 """
 
@@ -80,7 +80,7 @@ def load_ledger(path: Path = LEDGER) -> dict:
 
 
 def entries_for(section: dict, experiment: str) -> dict[str, dict]:
-    """The entries that apply to ``experiment``, by key (later ones replace earlier ones)."""
+    """The entries that apply to `experiment`, by key (later ones replace earlier ones)."""
     entries: dict[str, dict] = {}
     for entry in section.get("common", []):
         entries[entry["key"]] = entry
@@ -106,7 +106,7 @@ def same(resolved, expected) -> bool:
 
 
 def config_dir(app: str) -> Path:
-    """The Hydra config folder of ``rambo.<app>``."""
+    """The Hydra config folder of `rambo.<app>`."""
     import importlib
 
     return Path(importlib.import_module(f"rambo.{app}").__file__).parent / "configs"
@@ -140,7 +140,7 @@ def select(config: dict, key: str):
 
 
 def check(ledger: dict, compose=compose_experiment) -> list[Finding]:
-    """Every finding of every paper experiment; ``compose(app, experiment)`` gives its config."""
+    """Every finding of every paper experiment; `compose(app, experiment)` gives its config."""
     findings = []
     for app in APPS:
         section = ledger[app]
@@ -171,7 +171,7 @@ def check(ledger: dict, compose=compose_experiment) -> list[Finding]:
 
 
 def all_entries(ledger: dict):
-    """``(app, entry)`` for every entry of the ledger (common, groups, experiments)."""
+    """`(app, entry)` for every entry of the ledger (common, groups, experiments)."""
     for app in APPS:
         section = ledger[app]
         for entry in section.get("common", []):
@@ -186,8 +186,8 @@ def all_entries(ledger: dict):
 
 def undeclared_deviations(ledger: dict) -> list[str]:
     """One line per entry that breaks the paper_value / code_value rule (module docstring): no
-    ``paper_value``; a value that differs from the paper's or the code's without a ``deviation``;
-    a ``deviation`` that differs from neither."""
+    `paper_value`; a value that differs from the paper's or the code's without a `deviation`;
+    a `deviation` that differs from neither."""
     problems = []
     for app, entry in all_entries(ledger):
         key, value = entry["key"], entry.get("value")

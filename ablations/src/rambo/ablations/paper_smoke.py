@@ -1,17 +1,17 @@
-"""Run the whole paper DAG on this CPU in minutes: ``make paper-smoke`` (CI runs it after ``make test``).
+"""Run the whole paper DAG on this CPU in minutes: `make paper-smoke` (CI runs it after `make test`).
 
-In a scratch copy of the repository (``build/paper-smoke/repo``: the checkout's own results,
-``params.yaml`` and ``dvc.lock`` are never touched) it writes the stand-in archives of SOP, CUB,
-In-shop and VOC 2007/2012 with their ``MD5SUMS`` into ``data/stand-in``, and small stand-in files of
-the ImageNet weights the paper's rows load with their ``SHA256SUMS`` (the pipeline runs with
-``TORCH_HOME=data/stand-in/torch``, whose hub cache holds them), selects the ``paper-smoke``
-profile, runs ``dvc repro`` (in the native numerics mode unless ``RAMBO_NUMERICS`` is set: the
-smoke's numbers mean nothing, its DAG does), then checks that a second ``dvc repro`` runs nothing
+In a scratch copy of the repository (`build/paper-smoke/repo`: the checkout's own results,
+`params.yaml` and `dvc.lock` are never touched) it writes the stand-in archives of SOP, CUB,
+In-shop and VOC 2007/2012 with their `MD5SUMS` into `data/stand-in`, and small stand-in files of
+the ImageNet weights the paper's rows load with their `SHA256SUMS` (the pipeline runs with
+`TORCH_HOME=data/stand-in/torch`, whose hub cache holds them), selects the `paper-smoke`
+profile, runs `dvc repro` (in the native numerics mode unless `RAMBO_NUMERICS` is set: the
+smoke's numbers mean nothing, its DAG does), then checks that a second `dvc repro` runs nothing
 and that every table cell the profile names is filled. It prints the wall time, the stages run and
-the disk the copy took, and writes them to ``build/paper-smoke/summary.json``.
+the disk the copy took, and writes them to `build/paper-smoke/summary.json`.
 
-The copy holds the paper models' checkpoints (:data:`NEEDED_GB`), which nothing reads once the
-checks are done: a passing smoke deletes it (``--keep`` keeps it), so the disk is free again for
+The copy holds the paper models' checkpoints (`NEEDED_GB`), which nothing reads once the
+checks are done: a passing smoke deletes it (`--keep` keeps it), so the disk is free again for
 whatever runs next (CI's later steps, a login node's other users); a failing one keeps it to be
 looked at, and the next smoke deletes it before it starts.
 """
@@ -47,15 +47,15 @@ STAND_IN_WEIGHTS_SUMS = "data/stand-in/SHA256SUMS"  # the profile's --weights-su
 
 
 def copy_repository(destination: Path, profile: str) -> Path:
-    """A fresh workspace of ``profile`` (:mod:`.workspace`): the checkout's files without the
-    pipeline's outputs, DVC without git, and ``params.yaml`` of ``profile``."""
+    """A fresh workspace of `profile` (`workspace`): the checkout's files without the
+    pipeline's outputs, DVC without git, and `params.yaml` of `profile`."""
     if destination.exists():
         shutil.rmtree(destination)
     return sync(destination, profile)
 
 
 def run(args: list[str], cwd: Path, echo: bool = False, env: dict | None = None) -> str:
-    """Run a command with the venv first on PATH (and ``env`` set); its output (streamed when ``echo``);
+    """Run a command with the venv first on PATH (and `env` set); its output (streamed when `echo`);
     exit on failure."""
     env = dict(os.environ, **(env or {}), PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
     process = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -82,11 +82,11 @@ def write_stand_ins(folder: Path) -> list[Path]:
 
 
 def write_stand_in_weights(torch_home: Path, sums: Path) -> list[Path]:
-    """A small stand-in file, under its official name in ``torch_home``'s hub cache, for every ImageNet
-    weights file the paper profile's rows load (as the apps' data stages name them), and ``sums``
-    (a ``SHA256SUMS``) naming them. The official hashes refuse them; the smoke's data stages check
-    them against ``sums`` (``--weights-sums``) with the rows composed as the paper profile composes
-    them (``--weights-overrides profile=paper``). Its runs load no weights (profile=smoke)."""
+    """A small stand-in file, under its official name in `torch_home`'s hub cache, for every ImageNet
+    weights file the paper profile's rows load (as the apps' data stages name them), and `sums`
+    (a `SHA256SUMS`) naming them. The official hashes refuse them; the smoke's data stages check
+    them against `sums` (`--weights-sums`) with the rows composed as the paper profile composes
+    them (`--weights-overrides profile=paper`). Its runs load no weights (profile=smoke)."""
     from rambo.detection.prepare import STAGE as detection
     from rambo.harness.data_stage import rows_of_params
     from rambo.harness.weights import write_sha256sums
@@ -110,7 +110,7 @@ def write_stand_in_weights(torch_home: Path, sums: Path) -> list[Path]:
 
 def filled_cells(repo: Path) -> tuple[int, list[str]]:
     """How many table cells have a value, and the runs the profile's tables name that fill none. A
-    bad params or table file is a :class:`rambo.harness.run_files.RunFileError`."""
+    bad params or table file is a [`rambo.harness.run_files.RunFileError`][rambo.harness.run_files.RunFileError]."""
     fix = f"the smoke's stages wrote it: run `make paper-smoke` again ({repo} is kept to be looked at)"
     params = read_yaml(repo / "params.yaml", fix, {"profile": str, "tables": {"runs": {"*": str}}})
     named = set(params["tables"]["runs"].values())
@@ -124,12 +124,12 @@ def filled_cells(repo: Path) -> tuple[int, list[str]]:
     return filled, sorted(named - used)
 
 
-#: What is read of a table's JSON (:mod:`.tables`).
+#: What is read of a table's JSON (`tables`).
 TABLE = {"rows": [{"cells": [{"status": str, "experiment?": (str, None)}]}]}
 
 
 def footprint_bytes(folder: Path) -> int:
-    """The disk ``folder`` takes, as ``du`` counts it: allocated blocks of every file under it, a
+    """The disk `folder` takes, as `du` counts it: allocated blocks of every file under it, a
     file with several hard links once, symbolic links not followed."""
     seen, total = set(), 0
     for root, _, files in os.walk(folder):

@@ -1,21 +1,21 @@
-"""Measure the pipeline, stage by stage, in a fresh clone: ``make pipeline-timing MODE=native`` (or
-``portable``), ``python -m rambo.ablations.pipeline_timing --mode MODE``.
+"""Measure the pipeline, stage by stage, in a fresh clone: `make pipeline-timing MODE=native` (or
+`portable`), `python -m rambo.ablations.pipeline_timing --mode MODE`.
 
-It clones the checkout's HEAD into ``build/pipeline-timing/<mode>/`` (so every run trains from
-scratch: a clone has no checkpoints), runs ``make reproduce`` there in the numerics mode ``MODE``
-with this environment's ``.venv`` (the clone's own sources first on ``PYTHONPATH``, as
-tests/test_clean_reproduce.py does), times each DVC stage (:mod:`.stage_times`), then runs ``git
-status --porcelain`` in the clone: empty when the clone wrote exactly the committed results. It adds
-the mode's measurement to ``benchmarks/pipeline_timing.json`` (date, machine, commit, seconds per
+It clones the checkout's HEAD into `build/pipeline-timing/<mode>/` (so every run trains from
+scratch: a clone has no checkpoints), runs `make reproduce` there in the numerics mode `MODE`
+with this environment's `.venv` (the clone's own sources first on `PYTHONPATH`, as
+tests/test_clean_reproduce.py does), times each DVC stage (`stage_times`), then runs `git
+status --porcelain` in the clone: empty when the clone wrote exactly the committed results. It adds
+the mode's measurement to `benchmarks/pipeline_timing.json` (date, machine, commit, seconds per
 stage, from its start to the next stage's, DVC's checks between them included, and per kind of
-stage, git status) and rewrites ``benchmarks/pipeline_timing.md``, the
+stage, git status) and rewrites `benchmarks/pipeline_timing.md`, the
 side-by-side table the documentation includes. Measure the two modes back to back on an idle
 machine: the table compares seconds of different calls.
 
-The clone is deleted when the measurement is written (``--keep`` keeps it: its runs are then a draw
-of that mode, e.g. the native draw of results/draws/). A ``pipeline_timing.json`` that cannot be
-read, or a stage-times record that is not what :mod:`.stage_times` writes, is one ``error:`` line
-naming the file, exit code 2 (:mod:`rambo.harness.run_files`); the record is checked before the
+The clone is deleted when the measurement is written (`--keep` keeps it: its runs are then a draw
+of that mode, e.g. the native draw of results/draws/). A `pipeline_timing.json` that cannot be
+read, or a stage-times record that is not what `stage_times` writes, is one `error:` line
+naming the file, exit code 2 ([`rambo.harness.run_files`][rambo.harness.run_files]); the record is checked before the
 clone is made, so no measurement is spent on a file that cannot take it.
 """
 
@@ -48,7 +48,7 @@ KINDS = (  # the kinds of stage, by name prefix, in the table's order
 )
 OUT = REPO / "benchmarks" / "pipeline_timing.json"
 _SECONDS = {"*": float}
-#: What is read of a stage-times record (:mod:`.stage_times`).
+#: What is read of a stage-times record (`stage_times`).
 STAGE_TIMES = {"seconds": float, "stages": _SECONDS}
 #: What is read of the measurements file: one measurement per mode.
 MEASUREMENTS = {
@@ -66,8 +66,8 @@ MEASUREMENTS = {
 
 
 def read_measurements(path: Path) -> dict:
-    """The measurements recorded in ``path`` (``{}`` without the file); a bad file is a
-    :class:`rambo.harness.run_files.RunFileError`."""
+    """The measurements recorded in `path` (`{}` without the file); a bad file is a
+    [`rambo.harness.run_files.RunFileError`][rambo.harness.run_files.RunFileError]."""
     if not path.is_file():
         return {}
     fix = f"restore it (`git checkout -- {path}`) or delete it: the next measurement writes it anew"
@@ -92,7 +92,7 @@ def machine() -> str:
 
 
 def measure(mode: str, folder: Path) -> dict:
-    """Clone HEAD into ``folder``, ``make reproduce`` there in ``mode``; the measurement."""
+    """Clone HEAD into `folder`, `make reproduce` there in `mode`; the measurement."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -1,20 +1,20 @@
-"""The pipeline's plot data for ``dvc plots show`` and ``dvc plots diff``, written by the
+"""The pipeline's plot data for `dvc plots show` and `dvc plots diff`, written by the
 tables stage, which reads the runs already.
 
-Under ``<out>`` (``results/<profile>/plots``), one JSON list of flat records per plot, declared in dvc.yaml's
-``plots:`` with its template (``ablations/plot_templates/``):
+Under `<out>` (`results/<profile>/plots`), one JSON list of flat records per plot, declared in dvc.yaml's
+`plots:` with its template (`ablations/plot_templates/`):
 
-* ``<task>_loss.json``: the training loss of every run, ``{run, experiment, seed, epoch, loss}``;
-* ``retrieval_recall.json``: every periodic evaluation's test R@1 (%), ``{run, ..., epoch, "R@1"}``;
-  ``detection_ap50.json``: AP50 (%) of every evaluation of a detection run (the final one, at least);
-* ``<table>.json``: the table's headline metric per row and seed, ``{row, seed, value, experiment}``
-  (R@1 of Tables 2-4; a cell of Table 5 or 7 is ``row | column``);
-* ``table8_lambda.json``: Table 8's lambda curve, ``{lambda, margin, seed, AP50}``.
+* `<task>_loss.json`: the training loss of every run, `{run, experiment, seed, epoch, loss}`;
+* `retrieval_recall.json`: every periodic evaluation's test R@1 (%), `{run, ..., epoch, "R@1"}`;
+  `detection_ap50.json`: AP50 (%) of every evaluation of a detection run (the final one, at least);
+* `<table>.json`: the table's headline metric per row and seed, `{row, seed, value, experiment}`
+  (R@1 of Tables 2-4; a cell of Table 5 or 7 is `row | column`);
+* `table8_lambda.json`: Table 8's lambda curve, `{lambda, margin, seed, AP50}`.
 
-A run is ``"<experiment> seed<k>"``: one line per run, one colour each. Every record is flat and every
-key present in every record of a file, as DVC's renderers need. A run's ``curve.json`` or
-``metrics.json`` that is not valid JSON or lacks what is read here is a
-:class:`rambo.harness.run_files.RunFileError` naming the file and the stage to rerun.
+A run is `"<experiment> seed<k>"`: one line per run, one colour each. Every record is flat and every
+key present in every record of a file, as DVC's renderers need. A run's `curve.json` or
+`metrics.json` that is not valid JSON or lacks what is read here is a
+[`rambo.harness.run_files.RunFileError`][rambo.harness.run_files.RunFileError] naming the file and the stage to rerun.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from rambo.harness.run_files import read_json
 
 LAMBDA_ROW = re.compile(r"lambda ([0-9.]+), (no margin|margin)")
 _VALUE = (float, None)
-#: What the plots read of a run's ``curve.json``: one row per epoch.
+#: What the plots read of a run's `curve.json`: one row per epoch.
 CURVE = [{"epoch": int, "loss?": _VALUE, "test/R@1?": _VALUE}]
-#: What the plots read of a run's ``metrics.json`` (detection: every evaluation's AP50).
+#: What the plots read of a run's `metrics.json` (detection: every evaluation's AP50).
 METRICS = {"history?": [{"epoch": int, "AP50?": _VALUE}], "AP50?": _VALUE, "epochs?": int}
 
 
@@ -39,7 +39,7 @@ def _rerun(task: str, experiment: str) -> str:
 
 
 def _runs(runs: Path, task: str, seeds: list[int]):
-    """``(experiment, seed, folder)`` of every run of ``task`` under ``runs`` for the profile's seeds."""
+    """`(experiment, seed, folder)` of every run of `task` under `runs` for the profile's seeds."""
     for folder in sorted(p for p in (runs / task).iterdir() if p.is_dir()) if (runs / task).is_dir() else ():
         for seed in seeds:
             if (folder / f"seed{seed}" / "metrics.json").is_file():
@@ -49,7 +49,7 @@ def _runs(runs: Path, task: str, seeds: list[int]):
 def curve_records(
     runs: Path, task: str, seeds: list[int], fix: Callable[[str, str], str] = _rerun
 ) -> tuple[list[dict], list[dict]]:
-    """``(loss records, evaluation records)`` of every run of ``task``; ``fix(task, experiment)``:
+    """`(loss records, evaluation records)` of every run of `task`; `fix(task, experiment)`:
     what the error of a bad run file says to do."""
     losses, evaluations = [], []
     for experiment, seed, folder in _runs(runs, task, seeds):
@@ -73,7 +73,7 @@ def curve_records(
 
 
 def table_records(built: dict) -> list[dict]:
-    """Each ``ok`` headline cell of a built table (:func:`tables.build_table`) as one record per seed.
+    """Each `ok` headline cell of a built table (`tables.build_table`) as one record per seed.
     A table whose columns are R@K values (Tables 2-4) shows its R@1 column; in the others every
     column is a headline (Table 7's datasets, Table 5's losses)."""
     records = []
@@ -92,7 +92,7 @@ def table_records(built: dict) -> list[dict]:
 
 
 def lambda_records(table8: dict) -> list[dict]:
-    """Table 8's RaMBO rows as ``{lambda, margin, seed, AP50}`` (the row labels name lambda and the margin)."""
+    """Table 8's RaMBO rows as `{lambda, margin, seed, AP50}` (the row labels name lambda and the margin)."""
     records = []
     for row in table8["rows"]:
         match = LAMBDA_ROW.search(row["label"])
@@ -108,9 +108,9 @@ def lambda_records(table8: dict) -> list[dict]:
 def plot_files(
     runs: Path, seeds: list[int], built_tables: list[dict], fix: Callable[[str, str], str] = _rerun
 ) -> dict[str, list[dict]]:
-    """``{file name: records}`` of every plot file of the module docstring. A plot without data (a
+    """`{file name: records}` of every plot file of the module docstring. A plot without data (a
     profile that runs no detection) is an empty list: DVC then shows nothing for it.
-    ``fix(task, experiment)``: what the error of a bad run file says to do."""
+    `fix(task, experiment)`: what the error of a bad run file says to do."""
     files = {}
     for task in ("retrieval", "detection"):
         losses, evaluations = curve_records(runs, task, seeds, fix)
@@ -131,7 +131,7 @@ def write_plot_data(
     fix: Callable[[str, str], str] = _rerun,
     files: dict[str, list[dict]] | None = None,
 ) -> list[Path]:
-    """Every plot file of the module docstring under ``out`` (``files``: as :func:`plot_files` made
+    """Every plot file of the module docstring under `out` (`files`: as `plot_files` made
     them; else read now); returns their paths."""
     files = plot_files(runs, seeds, built_tables, fix) if files is None else files
     written = []

@@ -1,10 +1,10 @@
-"""Make params.yaml the parameters of a profile: ``python -m rambo.ablations.set_profile mini``.
+"""Make params.yaml the parameters of a profile: `python -m rambo.ablations.set_profile mini`.
 
 params.yaml is what every DVC stage reads; ablations/profiles/<name>.yaml holds each profile. The
 file is replaced only when it differs, so that switching to the profile already in place leaves
 every stage up to date. A params.yaml that is none of the profiles and not the committed one
-(edited by hand) is never overwritten silently: ``--force`` (``make reproduce ...
-FORCE_PROFILE=1``) replaces it, else the command stops and says so; run ``dvc repro`` directly to
+(edited by hand) is never overwritten silently: `--force` (`make reproduce ...
+FORCE_PROFILE=1`) replaces it, else the command stops and says so; run `dvc repro` directly to
 use the edited file. The committed params.yaml (an older version of a profile, after a pull that
 changed the profile) is not a local edit.
 """
@@ -23,7 +23,7 @@ PROFILES = ABLATIONS / "profiles"
 
 
 def committed_text(params: Path) -> str | None:
-    """``params`` as committed in git's HEAD, or None (no git, not a repository, not tracked)."""
+    """`params` as committed in git's HEAD, or None (no git, not a repository, not tracked)."""
     try:
         shown = subprocess.run(
             ["git", "show", f"HEAD:./{params.name}"],
@@ -38,8 +38,8 @@ def committed_text(params: Path) -> str | None:
 
 
 def set_profile(name: str, params: Path = Path("params.yaml"), force: bool = False) -> bool:
-    """Copy the profile to ``params``; returns whether the file changed. ``SystemExit`` naming the
-    problem for an unknown profile, or for a locally edited ``params`` unless ``force``."""
+    """Copy the profile to `params`; returns whether the file changed. `SystemExit` naming the
+    problem for an unknown profile, or for a locally edited `params` unless `force`."""
     source = PROFILES / f"{name}.yaml"
     if not source.is_file():
         known = ", ".join(sorted(p.stem for p in PROFILES.glob("*.yaml")))

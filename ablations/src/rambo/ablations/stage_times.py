@@ -1,10 +1,10 @@
-"""Run a pipeline command and time each DVC stage it runs: ``python -m rambo.ablations.stage_times
-[--record FILE] -- dvc repro [ARGS]`` (``make reproduce`` runs ``dvc repro`` this way).
+"""Run a pipeline command and time each DVC stage it runs: `python -m rambo.ablations.stage_times
+[--record FILE] -- dvc repro [ARGS]` (`make reproduce` runs `dvc repro` this way).
 
-The command's output passes through unchanged, line by line; each ``Running stage '<name>':`` line
+The command's output passes through unchanged, line by line; each `Running stage '<name>':` line
 DVC prints starts that stage's clock, which stops at the next stage's start or at the command's
 end. At the end it prints one line per stage run (seconds, slowest first) and the total, and with
-``--record`` writes them as JSON (``{"command", "exit", "seconds", "stages": {name: seconds}}``)
+`--record` writes them as JSON (`{"command", "exit", "seconds", "stages": {name: seconds}}`)
 to FILE, which nothing tracked is (a measurement, not a result). Exits with the command's code.
 """
 
@@ -22,7 +22,7 @@ STAGE_LINE = re.compile(r"^Running stage '([^']+)'")
 
 
 def timed(command: list[str], echo=print) -> tuple[int, float, dict[str, float]]:
-    """Run ``command``; its exit code, total seconds and the seconds of each stage it ran, in order."""
+    """Run `command`; its exit code, total seconds and the seconds of each stage it ran, in order."""
     stages: dict[str, float] = {}
     started = time.monotonic()
     current, since = None, started

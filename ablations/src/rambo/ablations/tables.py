@@ -2,25 +2,25 @@
 
     python -m rambo.ablations.tables --runs results/mini/runs --params params.yaml --out results/mini/tables
 
-Reads ``runs/<task>/<experiment>/seed<k>/metrics.json`` (written by the training stages; the
-pipeline keeps each profile's runs and tables in ``results/<profile>/``, so a table reads only its
-profile's runs); the profile's ``tables.runs`` in params.yaml says which experiment fills which
+Reads `runs/<task>/<experiment>/seed<k>/metrics.json` (written by the training stages; the
+pipeline keeps each profile's runs and tables in `results/<profile>/`, so a table reads only its
+profile's runs); the profile's `tables.runs` in params.yaml says which experiment fills which
 paper cell, and every experiment the profile trains must fill one. It
-writes ``<out>/<table>.md`` and ``<out>/<table>.json`` for every table of ``paper_numbers.TABLES``,
-``<out>/tables.md`` with all of them, ``<out>/claims.{md,json}`` (the paper's qualitative claims,
-paired by seed with 95% intervals: :mod:`claims`; ``--figure2`` adds Fig. 2's bias claims) and
-``<out>/summary.json``; ``--plots DIR`` the plot data of ``dvc plots show`` (:mod:`plots`). The
-tables and the claims name the numerics their runs were made with (each run's ``provenance``:
-:mod:`rambo.harness.provenance`; the mode, never the CPU model). A profile's ``tables.second_draw``
+writes `<out>/<table>.md` and `<out>/<table>.json` for every table of `paper_numbers.TABLES`,
+`<out>/tables.md` with all of them, `<out>/claims.{md,json}` (the paper's qualitative claims,
+paired by seed with 95% intervals: `claims`; `--figure2` adds Fig. 2's bias claims) and
+`<out>/summary.json`; `--plots DIR` the plot data of `dvc plots show` (`plots`). The
+tables and the claims name the numerics their runs were made with (each run's `provenance`:
+[`rambo.harness.provenance`][rambo.harness.provenance]; the mode, never the CPU model). A profile's `tables.second_draw`
 (the same runs made again with other arithmetic, the native numerics mode, committed under
-``results/draws/``)
+`results/draws/`)
 adds a column to the claims: the verdict on that draw, and whether it is the same. With
-``--wandb-mode`` other than ``disabled``, an aggregate W&B run mirrors the tables (the files stay the
+`--wandb-mode` other than `disabled`, an aggregate W&B run mirrors the tables (the files stay the
 primary copy). A cell the profile does not run says so and names the profile; a cell whose runs are
 missing is an error, and so is a trained experiment that fills no cell (its rows would read "not run"),
 so a broken pipeline cannot produce a quietly empty table. A run file or params file that is
-missing, not valid JSON or YAML, or lacks a value the tables read is one ``error:`` line naming the
-file and the stage to rerun, exit code 2 (:mod:`rambo.harness.run_files`).
+missing, not valid JSON or YAML, or lacks a value the tables read is one `error:` line naming the
+file and the stage to rerun, exit code 2 ([`rambo.harness.run_files`][rambo.harness.run_files]).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from .claims import claims_markdown, evaluate_claims, minibatch_bias_claims
 from .paper_numbers import TABLES, Cell, Table
 from .plots import plot_files, write_plot_data
 
-#: What the tables read of a run's ``provenance`` (:func:`rambo.harness.provenance.machine_label`).
+#: What the tables read of a run's `provenance` (`rambo.harness.provenance.machine_label`).
 PROVENANCE = ({"device?": dict, "numerics?": (dict, None), "libraries?": dict, "launch?": dict}, None)
 _ROWS = ([str], None)
 #: What the tables read of a params file.
@@ -67,8 +67,8 @@ PARAMS_FIX = (
 
 
 def run_fix(task: str, experiment: str, params: dict | None = None) -> str:
-    """What to do about a bad or missing file of a run of ``experiment``: rerun the DVC stage that
-    trains it (``<task>_train``, ``_ablation`` or ``_warm_start``, as the profile's ``params`` list it)."""
+    """What to do about a bad or missing file of a run of `experiment`: rerun the DVC stage that
+    trains it (`<task>_train`, `_ablation` or `_warm_start`, as the profile's `params` list it)."""
     node = (params or {}).get(task) or {}
     kind = "train"
     if experiment in (node.get("ablations") or []):
@@ -79,12 +79,12 @@ def run_fix(task: str, experiment: str, params: dict | None = None) -> str:
 
 
 def draw_fix(path: Path) -> str:
-    """What to do about a bad file under ``path``, a committed draw (``tables.second_draw``): restore it from git."""
+    """What to do about a bad file under `path`, a committed draw (`tables.second_draw`): restore it from git."""
     return f"restore the committed draw: `git checkout -- {path}` (see results/draws/README.md)"
 
 
 def metrics_schema(task: str, metric: str | None = None) -> dict:
-    """What the tables read of a run's ``metrics.json``: ``metric`` (retrieval: of the paper
+    """What the tables read of a run's `metrics.json`: `metric` (retrieval: of the paper
     protocol) and the provenance."""
     schema: dict = {"provenance?": PROVENANCE}
     if metric is not None:
@@ -101,7 +101,7 @@ def read_metric(task: str, metrics: dict, metric: str) -> float:
 
 
 def parse_seeds(value) -> list[int]:
-    """params.yaml's ``seeds``, a Hydra sweep of the run stages (``0,1,2``; one seed: ``0``), as a list."""
+    """params.yaml's `seeds`, a Hydra sweep of the run stages (`0,1,2`; one seed: `0`), as a list."""
     items = value if isinstance(value, list) else str(value).split(",")
     try:
         seeds = [int(str(item).strip()) for item in items]
@@ -117,8 +117,8 @@ def parse_seeds(value) -> list[int]:
 def run_values(
     runs: Path, task: str, experiment: str, seeds: list[int], metric: str, fix: Callable[[str, str], str] = run_fix
 ) -> list[float]:
-    """``metric`` (percent) of ``experiment`` for each seed; a missing or bad run file is a
-    :class:`rambo.harness.run_files.RunFileError` ending in ``fix(task, experiment)``."""
+    """`metric` (percent) of `experiment` for each seed; a missing or bad run file is a
+    [`rambo.harness.run_files.RunFileError`][rambo.harness.run_files.RunFileError] ending in `fix(task, experiment)`."""
     values = []
     for seed in seeds:
         path = runs / task / experiment / f"seed{seed}" / "metrics.json"
@@ -129,8 +129,8 @@ def run_values(
 def run_machines(
     runs: Path, run_map: dict, seeds: list[int], fix: Callable[[str, str], str] = run_fix
 ) -> dict[str, int]:
-    """``{machine label: number of runs}`` over the runs the profile's tables read (each run's
-    ``metrics.json`` provenance; runs made before it was recorded count as ``not recorded``)."""
+    """`{machine label: number of runs}` over the runs the profile's tables read (each run's
+    `metrics.json` provenance; runs made before it was recorded count as `not recorded`)."""
     counts = collections.Counter()
     for task, experiment in sorted(set((key.split("/")[0], e) for key, e in run_map.items())):
         for seed in seeds:
@@ -142,7 +142,7 @@ def run_machines(
 
 
 def machines_text(machines: dict[str, int]) -> str:
-    """``Runs made with: <label> (24 runs); <label> (3 runs).``"""
+    """`Runs made with: <label> (24 runs); <label> (3 runs).`"""
     if not machines:
         return "Runs made with: no run read."
     return (
@@ -176,8 +176,8 @@ def collect_cell(
 
 
 def unnamed_experiments(params: dict) -> list[str]:
-    """``<task>/<experiment>`` of every experiment the profile trains (params ``<task>.experiments``
-    and ``.ablations``) that no cell of ``tables.runs`` names: its rows would read "not run"."""
+    """`<task>/<experiment>` of every experiment the profile trains (params `<task>.experiments`
+    and `.ablations`) that no cell of `tables.runs` names: its rows would read "not run"."""
     named = {f"{cell.split('/')[0]}/{experiment}" for cell, experiment in params["tables"]["runs"].items()}
     trained = {
         f"{task}/{experiment}"
@@ -212,15 +212,18 @@ def build_table(
 
 
 def markdown(built: dict, profile: str, labels: dict, seeds: list[int], notes: dict | None = None) -> str:
-    """One table in markdown; ``notes`` (params ``tables.notes``) adds a profile's own note to a table."""
+    """One table in markdown; `notes` (params `tables.notes`) adds a profile's own note to a table."""
     notes = notes or {}
     ran = sorted({c["dataset"] for r in built["rows"] for c in r["cells"] if c["status"] == "ok"})
     ran_text = "; ".join(f"{d}: {labels.get(d, d)}" for d in ran) or "no cell is run in this profile"
+    elsewhere = (
+        "" if profile == "paper" else " (`make reproduce PROFILE=paper` trains every row: GPUs, the real datasets)"
+    )
     lines = [
         f"### {built['title']}",
         "",
         f"Profile `{profile}`: {ran_text}; mean ± std over seeds {seeds}; the paper's number in brackets; "
-        f"not run: a row profile `{profile}` does not train.",
+        f"not run: a row profile `{profile}` does not train{elsewhere}.",
         "",
         "| | " + " | ".join(built["columns"]) + " |",
         "|---|" + "---|" * len(built["columns"]),
@@ -238,8 +241,8 @@ def markdown(built: dict, profile: str, labels: dict, seeds: list[int], notes: d
 
 
 def compare_second_draw(claims: list[dict], second: dict, run_map: dict, seeds: list[int], with_figure2: bool) -> str:
-    """Evaluate the claims again on the second draw's runs (``second["runs"]``, and its Fig. 2
-    numbers ``second["figure2"]``) and add to each claim ``second_draw``: that draw's difference,
+    """Evaluate the claims again on the second draw's runs (`second["runs"]`, and its Fig. 2
+    numbers `second["figure2"]`) and add to each claim `second_draw`: that draw's difference,
     interval, verdict and whether the verdict is the same. Returns the draw's machines line. A claim
     the second draw cannot evaluate is an error: a partial draw must not read as agreement."""
     runs = Path(second["runs"])
@@ -277,10 +280,10 @@ def compare_second_draw(claims: list[dict], second: dict, run_map: dict, seeds: 
 def log_to_wandb(
     built_tables: list[dict], mode: str, project: str, config: dict, directory: Path, claims: list[dict] | None = None
 ) -> None:
-    """An aggregate W&B run (group ``<profile>/tables``) with one W&B Table per paper table as the
+    """An aggregate W&B run (group `<profile>/tables`) with one W&B Table per paper table as the
     markdown shows it, the same numbers as a table of means with its bar chart, and the claims; the
-    mode is decided before init (:func:`rambo.harness.wandb_run.decide_mode`: ``WANDB_MODE``, an API
-    key or ``~/.netrc``). ``make wandb-report`` puts these tables into the profile's report."""
+    mode is decided before init ([`rambo.harness.wandb_run.decide_mode`][rambo.harness.wandb_run.decide_mode]:
+    `WANDB_MODE`, an API key or `~/.netrc`). `make wandb-report` puts these tables into the profile's report."""
     profile = config.get("profile")
     run = start_run(
         mode,

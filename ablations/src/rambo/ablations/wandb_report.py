@@ -1,4 +1,4 @@
-"""``make wandb-report``: a W&B Report of one profile's runs, built as code with wandb-workspaces.
+"""`make wandb-report`: a W&B Report of one profile's runs, built as code with wandb-workspaces.
 
     python -m rambo.ablations.wandb_report --params params.yaml [--entity TEAM] [--print]
 
@@ -7,9 +7,9 @@ detection AP50, each run's W&B summary) per experiment, mean and standard deviat
 and the learning curves of those experiments (loss; retrieval's periodic test R@1 as well); then the
 aggregate tables run's W&B Tables (every paper table and the claims, logged by rambo.ablations.tables).
 The run sets select the profile's runs by the flat config keys the training runs carry
-(``profile``, ``experiment_name``; :class:`rambo.harness.run.TrainingRun`), so mini and paper runs
-never mix. Saving needs an API key (``WANDB_API_KEY`` or ``wandb login``) and the network; without
-them it says so and builds nothing. ``--print`` shows the report's structure without saving it.
+(`profile`, `experiment_name`; [`rambo.harness.run.TrainingRun`][rambo.harness.run.TrainingRun]), so mini and paper runs
+never mix. Saving needs an API key (`WANDB_API_KEY` or `wandb login`) and the network; without
+them it says so and builds nothing. `--print` shows the report's structure without saving it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ CURVES = {"retrieval": ["loss", "test/R@1"], "detection": ["loss"]}
 
 
 def table_experiments(table, run_map: dict) -> tuple[str | None, list[str]]:
-    """``(task, experiments)`` of the cells of ``table`` that the profile runs (``tables.runs``)."""
+    """`(task, experiments)` of the cells of `table` that the profile runs (`tables.runs`)."""
     experiments, task = [], None
     for _, cells in table.rows:
         for cell in cells:
@@ -41,7 +41,7 @@ def table_experiments(table, run_map: dict) -> tuple[str | None, list[str]]:
 
 
 def build_report(params: dict, entity: str):
-    """The :class:`wandb_workspaces.reports.v2.Report` of the profile in ``params`` (params.yaml);
+    """The `wandb_workspaces.reports.v2.Report` of the profile in `params` (params.yaml);
     builds the object only (no network)."""
     import wandb_workspaces.reports.v2 as wr
 
@@ -103,7 +103,7 @@ def build_report(params: dict, entity: str):
 
 
 def structure(report) -> list[str]:
-    """The report's sections and panels, one line each (``--print`` and the test)."""
+    """The report's sections and panels, one line each (`--print` and the test)."""
     lines = [f"report: {report.title}"]
     for block in report.blocks:
         if type(block).__name__ == "PanelGrid":

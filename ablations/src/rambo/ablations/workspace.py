@@ -1,18 +1,18 @@
 """A profile's own DVC workspace, so that one profile's run never changes another's files.
 
-The checkout's ``params.yaml`` and ``dvc.lock`` belong to its committed profile (``profile:`` of
-``params.yaml``: mini). ``make reproduce PROFILE=<other>`` runs the pipeline in
-``build/profiles/<other>/`` instead: a copy of the checkout's files (tracked, and untracked but not
-ignored: a local edit of the code or of ``ablations/profiles/<other>.yaml`` is part of it) with that
-profile's ``params.yaml``, its own ``dvc.lock``, data, runs, tables and figures, and DVC without git
-(``core.no_scm``: nothing is staged). The workspace is kept between runs: each call brings the
+The checkout's `params.yaml` and `dvc.lock` belong to its committed profile (`profile:` of
+`params.yaml`: mini). `make reproduce PROFILE=<other>` runs the pipeline in
+`build/profiles/<other>/` instead: a copy of the checkout's files (tracked, and untracked but not
+ignored: a local edit of the code or of `ablations/profiles/<other>.yaml` is part of it) with that
+profile's `params.yaml`, its own `dvc.lock`, data, runs, tables and figures, and DVC without git
+(`core.no_scm`: nothing is staged). The workspace is kept between runs: each call brings the
 copy's files up to date (only files whose bytes changed are written, files gone from the checkout
-are removed), and ``dvc repro`` then reruns only what changed, as in the checkout.
+are removed), and `dvc repro` then reruns only what changed, as in the checkout.
 
-Why a workspace and not a second ``dvc.yaml`` in the repository: DVC keeps one ``dvc.lock`` per
-``dvc.yaml``, refuses two pipelines of one repository that declare the same output (both profiles'
-data stages write ``data/``), and runs every pipeline it finds on a bare ``dvc repro``; a separate
-DVC project per profile keeps ``dvc repro`` in the checkout what DVC users know.
+Why a workspace and not a second `dvc.yaml` in the repository: DVC keeps one `dvc.lock` per
+`dvc.yaml`, refuses two pipelines of one repository that declare the same output (both profiles'
+data stages write `data/`), and runs every pipeline it finds on a bare `dvc repro`; a separate
+DVC project per profile keeps `dvc repro` in the checkout what DVC users know.
 
     python -m rambo.ablations.workspace tiny     # prints the workspace's folder (make reproduce uses it)
 """
@@ -37,7 +37,7 @@ MANIFEST = ".workspace-files"  # the files the last sync copied: those gone from
 
 def checkout_files(repo: Path = REPO) -> list[str]:
     """The checkout's files a workspace copies: tracked, and untracked but not ignored, less the
-    pipeline's outputs (:data:`GENERATED`, but :data:`KEPT`)."""
+    pipeline's outputs (`GENERATED`, but `KEPT`)."""
     if shutil.which("git") is None:
         raise SystemExit("git is needed to list the repository's files")
     listed = subprocess.run(
@@ -53,7 +53,7 @@ def checkout_files(repo: Path = REPO) -> list[str]:
 
 
 def profile_text(profile: str) -> str:
-    """``ablations/profiles/<profile>.yaml``; ``SystemExit`` naming the known profiles otherwise."""
+    """`ablations/profiles/<profile>.yaml`; `SystemExit` naming the known profiles otherwise."""
     source = PROFILE_FOLDER / f"{profile}.yaml"
     if not source.is_file():
         known = ", ".join(sorted(p.stem for p in PROFILE_FOLDER.glob("*.yaml")))
@@ -62,7 +62,7 @@ def profile_text(profile: str) -> str:
 
 
 def sync(destination: Path, profile: str, repo: Path = REPO) -> Path:
-    """Make ``destination`` the workspace of ``profile``: the checkout's files, ``params.yaml`` of
+    """Make `destination` the workspace of `profile`: the checkout's files, `params.yaml` of
     the profile, DVC without git; what the pipeline wrote there before is kept."""
     text = profile_text(profile)
     files = checkout_files(repo)
@@ -87,7 +87,7 @@ def sync(destination: Path, profile: str, repo: Path = REPO) -> Path:
 
 
 def workspace_of(profile: str, repo: Path = REPO) -> Path:
-    """Where ``profile`` runs: ``build/profiles/<profile>``."""
+    """Where `profile` runs: `build/profiles/<profile>`."""
     return repo / "build" / "profiles" / profile
 
 

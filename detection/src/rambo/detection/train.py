@@ -1,7 +1,7 @@
-"""Train and evaluate Faster R-CNN with the ``ce`` or ``rambo`` classifier loss (paper 5.2, Tables 5
-and 8): a thin Hydra app that wires the configuration (``configs/``) to objects; the loop's steps
-are in :mod:`.engine`, the run's life (resume, checkpoints, curve, W&B, metrics) in
-:mod:`rambo.harness.run`.
+"""Train and evaluate Faster R-CNN with the `ce` or `rambo` classifier loss (paper 5.2, Tables 5
+and 8): a thin Hydra app that wires the configuration (`configs/`) to objects; the loop's steps
+are in [`engine`][rambo.detection.engine], the run's life (resume, checkpoints, curve, W&B, metrics) in
+[`rambo.harness.run`][rambo.harness.run].
 
     python -m rambo.detection.train experiment=mini_rambo seed=1
     python -m rambo.detection.train experiment=table5_r50_voc07_rambo      # a paper row (VOC, GPU)
@@ -9,8 +9,8 @@ are in :mod:`.engine`, the run's life (resume, checkpoints, curve, W&B, metrics)
     python -m rambo.detection.train ... precision=bfloat16 channels_last=true  # bf16 autocast, NHWC model (rambo.harness.precision)
     torchrun --nproc_per_node=8 -m rambo.detection.train ...               # DDP: the batch split over processes
 
-Writes ``checkpoint_path`` after every epoch, ``curve_path`` (per-epoch mean losses) and, after
-evaluation on the test split (VOC 2007 test, or the synthetic test split), ``metrics_path``.
+Writes `checkpoint_path` after every epoch, `curve_path` (per-epoch mean losses) and, after
+evaluation on the test split (VOC 2007 test, or the synthetic test split), `metrics_path`.
 """
 
 from __future__ import annotations
@@ -76,9 +76,9 @@ def prepare_data(data: DictConfig) -> None:
 
 
 def learning_rate_factor(iteration: int, iterations_per_epoch: int, schedule: DictConfig) -> float:
-    """Linear warm-up over ``warmup_iterations`` from ``warmup_ratio``, then x0.1 at each epoch in ``steps``.
+    """Linear warm-up over `warmup_iterations` from `warmup_ratio`, then x0.1 at each epoch in `steps`.
 
-    Paper: 12 epochs, "reduced by a factor of 10 after 9 epochs" -> ``steps: [9]``.
+    Paper: 12 epochs, "reduced by a factor of 10 after 9 epochs" -> `steps: [9]`.
     """
     epoch = iteration // iterations_per_epoch
     factor = 0.1 ** sum(epoch >= step for step in schedule.steps)
@@ -91,13 +91,14 @@ def learning_rate_factor(iteration: int, iterations_per_epoch: int, schedule: Di
 def epoch_batches(
     cfg: DictConfig, train_set, epoch: int, order: torch.Generator | None = None
 ) -> torch.utils.data.Sampler:
-    """The global batches of ``epoch`` (1-based), a function of (seed, epoch) only, by ``data.batch_grouping``:
+    """The global batches of `epoch` (1-based), a function of (seed, epoch) only, by `data.batch_grouping`:
 
-    * ``aspect_ratio``: mmdetection's GroupSampler (:class:`.group_sampler.GroupedBatchSampler`):
-      each batch of one aspect-ratio group, groups padded to whole batches by repeating their images.
-    * ``none``: plain shuffled batches (``RandomSampler``), the last one short.
+    * `aspect_ratio`: mmdetection's GroupSampler
+      ([`group_sampler.GroupedBatchSampler`][rambo.detection.group_sampler.GroupedBatchSampler]): each batch of one
+      aspect-ratio group, groups padded to whole batches by repeating their images.
+    * `none`: plain shuffled batches (`RandomSampler`), the last one short.
 
-    ``order``: the generator of ``none``'s shuffle (the loader's own, as before the key existed)."""
+    `order`: the generator of `none`'s shuffle (the loader's own, as before the key existed)."""
     seed = cfg.seed * 1000 + epoch - 1
     grouping = cfg.data.batch_grouping
     if grouping == "aspect_ratio":
@@ -115,7 +116,7 @@ def epoch_batches(
 
 
 class FirstBatches(torch.utils.data.Sampler):
-    """The first ``count`` batches of ``batch_sampler``, drawn as the whole epoch's are (lazily, so
+    """The first `count` batches of `batch_sampler`, drawn as the whole epoch's are (lazily, so
     the batches and the generators' draws are those of the full epoch, cut short)."""
 
     def __init__(self, batch_sampler, count: int):
@@ -129,11 +130,12 @@ class FirstBatches(torch.utils.data.Sampler):
 
 
 def epoch_loader(cfg: DictConfig, train_set, epoch: int, rank: int, processes: int) -> torch.utils.data.DataLoader:
-    """The batches of ``epoch`` (1-based, :func:`epoch_batches`): a function of (seed, epoch) only, so
-    a resumed epoch sees the same batches. With several processes each takes its share (a
-    contiguous slice) of every global batch, so with ``aspect_ratio`` grouping every process's
+    """The batches of `epoch` (1-based, [`epoch_batches`][rambo.detection.train.epoch_batches]): a function of (seed,
+    epoch) only, so a resumed epoch sees the same batches. With several processes each takes its share (a
+    contiguous slice) of every global batch, so with `aspect_ratio` grouping every process's
     batch is of one group. The loader's length is the epoch's iterations: its first
-    ``schedule.max_iterations_per_epoch`` batches when that is set (:class:`FirstBatches`)."""
+    `schedule.max_iterations_per_epoch` batches when that is set
+    ([`FirstBatches`][rambo.detection.train.FirstBatches])."""
     order = torch.Generator().manual_seed(cfg.seed * 1000 + epoch - 1)
     batches = epoch_batches(cfg, train_set, epoch, order)
     if processes > 1:
@@ -151,7 +153,7 @@ def epoch_loader(cfg: DictConfig, train_set, epoch: int, rank: int, processes: i
 
 
 def train(cfg: DictConfig) -> dict:
-    """Train per ``cfg``, evaluate on the test split, write the metrics JSON; returns the metrics."""
+    """Train per `cfg`, evaluate on the test split, write the metrics JSON; returns the metrics."""
     setup = detect_setup()
     init_process_group(setup)
     device = resolve_device(cfg.device, setup.local_rank)

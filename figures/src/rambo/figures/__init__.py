@@ -1,6 +1,6 @@
 """rambo.figures: the paper's figures, one module per figure, run from the repository root with
-``python -m rambo.figures.<module> --out figures/out/<profile> ...`` (the DVC stages ``figure_1`` ...
-``figure_6``, ``table_6``, ``figures_sodeep``); the helper modules beside them hold one concept each
+`python -m rambo.figures.<module> --out figures/out/<profile> ...` (the DVC stages `figure_1` ...
+`figure_6`, `table_6`, `figures_sodeep`); the helper modules beside them hold one concept each
 (figures/README.md)."""
 
 import rambo.harness  # noqa: F401  (first: it sets the numerics mode before torch and numpy load)

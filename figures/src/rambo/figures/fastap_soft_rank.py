@@ -1,14 +1,15 @@
-"""Soft ranks from FastAP's soft histogram (Cakir et al. 2019), as used by :class:`rambo.core.FastAPLoss`.
+"""Soft ranks from FastAP's soft histogram (Cakir et al. 2019), as used by
+[`rambo.core.FastAPLoss`][rambo.core.FastAPLoss].
 
-The score range ``[lo, hi]`` is cut into ``bins`` intervals with ``bins + 1`` centres
-``z_l = hi - l * delta`` (``delta = (hi - lo) / bins``, l = 0 is the best bin). Item ``i`` spreads
-over the two nearest centres with the triangular kernel ``k_il = max(0, 1 - |w_i - z_l| / delta)``
+The score range `[lo, hi]` is cut into `bins` intervals with `bins + 1` centres
+`z_l = hi - l * delta` (`delta = (hi - lo) / bins`, l = 0 is the best bin). Item `i` spreads
+over the two nearest centres with the triangular kernel `k_il = max(0, 1 - |w_i - z_l| / delta)`
 (the weights of an item sum to 1). Its soft rank is one plus the soft count of the *other* items in
 strictly better bins, expected over the item's own bins:
 
     softrank_i = 1 + sum_l k_il * sum_{j != i} sum_{l' < l} k_jl'
 
-With a fine binning it tends to the exact rank of :func:`rambo.core.rank` (1 = highest score);
+With a fine binning it tends to the exact rank of [`rambo.core.rank`][rambo.core.rank] (1 = highest score);
 items sharing a bin tie, which flattens the loss inside a bin.
 """
 
@@ -18,7 +19,7 @@ import torch
 
 
 def bin_weights(scores: torch.Tensor, bins: int, score_range: tuple[float, float]) -> torch.Tensor:
-    """Triangular-kernel weights ``[..., N, bins + 1]`` of ``scores: [..., N]`` (clamped to the range)."""
+    """Triangular-kernel weights `[..., N, bins + 1]` of `scores: [..., N]` (clamped to the range)."""
     if int(bins) != bins or bins < 1:
         raise ValueError(f"bins must be a positive integer, got {bins}")
     lo, hi = (float(v) for v in score_range)
@@ -31,7 +32,7 @@ def bin_weights(scores: torch.Tensor, bins: int, score_range: tuple[float, float
 
 
 def fastap_soft_rank(scores: torch.Tensor, bins: int, score_range: tuple[float, float]) -> torch.Tensor:
-    """Soft ranks ``[..., N]`` of ``scores: [..., N]`` (module docstring); differentiable in ``scores``."""
+    """Soft ranks `[..., N]` of `scores: [..., N]` (module docstring); differentiable in `scores`."""
     weights = bin_weights(scores, bins, score_range)  # [..., N, L]
     # Mass in strictly better bins: exclusive cumulative sum over the bin axis.
     better_all = weights.sum(-2, keepdim=True).cumsum(-1) - weights.sum(-2, keepdim=True)  # [..., 1, L]

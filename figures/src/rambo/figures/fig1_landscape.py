@@ -1,9 +1,9 @@
 """Fig. 1: a 2-D section of the piecewise-constant loss L(w) = <a, rank(w)> beside two blackbox interpolations.
 
-``python -m rambo.figures.fig1_landscape --out figures/out [--lams 0.002 0.01] [--resolution 300] [--seed 0]``
+`python -m rambo.figures.fig1_landscape --out figures/out [--lams 0.002 0.01] [--resolution 300] [--seed 0]`
 
-Writes ``fig1_landscape.{png,pdf}`` and ``fig1_landscape.json`` (per surface: the fraction of the
-plane where the gradient is zero, and for each lam the largest gap ``L - f_lam``, which is >= 0).
+Writes `fig1_landscape.{png,pdf}` and `fig1_landscape.json` (per surface: the fraction of the
+plane where the gradient is zero, and for each lam the largest gap `L - f_lam`, which is >= 0).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Fig. 2: the mini-batch estimate of mAP against batch size, beside the dataset's true mAP, with score memory.
 
-``python -m rambo.figures.fig2_minibatch_map --out figures/out [--items 2000] [--classes 10] [--tau 3]
-[--batch-sizes 4 8 ... 1024] [--batches 200]``
+`python -m rambo.figures.fig2_minibatch_map --out figures/out [--items 2000] [--classes 10] [--tau 3]
+[--batch-sizes 4 8 ... 1024] [--batches 200]`
 
-Writes ``fig2_minibatch_map.{png,pdf}`` and ``fig2_minibatch_map.json`` (the true mAP and, per batch
+Writes `fig2_minibatch_map.{png,pdf}` and `fig2_minibatch_map.json` (the true mAP and, per batch
 size, the mean and standard deviation of the estimates without and with memory).
 """
 

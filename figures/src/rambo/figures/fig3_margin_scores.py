@@ -1,10 +1,10 @@
 """Fig. 3: distributions of positive and negative pair scores after training without and with the margin.
 
-``python -m rambo.figures.fig3_margin_scores --out figures/out --without-margin A.npz --with-margin B.npz
-[--margin 0.05]``
+`python -m rambo.figures.fig3_margin_scores --out figures/out --without-margin A.npz --with-margin B.npz
+[--margin 0.05]`
 
-Each input holds ``scores`` and ``relevant`` (see ``score_distributions.py``). Writes
-``fig3_margin_scores.{png,pdf}`` and ``fig3_margin_scores.json`` (per model: the means and standard
+Each input holds `scores` and `relevant` (see `score_distributions.py`). Writes
+`fig3_margin_scores.{png,pdf}` and `fig3_margin_scores.json` (per model: the means and standard
 deviations of the positive and negative scores, and P(positive > negative), on the drawn pairs).
 """
 
@@ -44,7 +44,7 @@ def parse_args(argv=None):
 
 
 def at_most(values: torch.Tensor, count: int) -> torch.Tensor:
-    """A seeded random subset of ``count`` of ``values: [M]`` (all of them if fewer): full test sets have ~1e9 pairs."""
+    """A seeded random subset of `count` of `values: [M]` (all of them if fewer): full test sets have ~1e9 pairs."""
     if len(values) <= count:
         return values
     return values[torch.randperm(len(values), generator=torch.Generator().manual_seed(0))[:count]]

@@ -1,11 +1,11 @@
 """Fig. 4: example retrievals, one query per row followed by its top-k results; correct and wrong results framed.
 
-``python -m rambo.figures.fig4_retrievals --out figures/out --retrievals R.npz [--image-root DATA] [--queries 6]
-[--top-k 5]``
+`python -m rambo.figures.fig4_retrievals --out figures/out --retrievals R.npz [--image-root DATA] [--queries 6]
+[--top-k 5]`
 
-The input format is described in ``retrieval_examples.py``. Correct results get a bluish-green
+The input format is described in `retrieval_examples.py`. Correct results get a bluish-green
 frame and a tick, wrong ones a vermillion frame and a cross (the shape tells them apart without
-colour). Writes ``fig4_retrievals.{png,pdf}`` and ``fig4_retrievals.json`` (precision of the
+colour). Writes `fig4_retrievals.{png,pdf}` and `fig4_retrievals.json` (precision of the
 shown results per query and over all, and the fraction of queries with a correct first result).
 """
 

@@ -1,11 +1,11 @@
 """Fig. 5 (App. C): how the Fig. 1 section changes with lambda (blackbox) and with the number of bins (FastAP).
 
-``python -m rambo.figures.fig5_landscape_evolution --out figures/out [--lams 0.001 0.003 0.01 0.03]
-[--bins 5 10 20 40] [--resolution 200] [--seed 0]``
+`python -m rambo.figures.fig5_landscape_evolution --out figures/out [--lams 0.001 0.003 0.01 0.03]
+[--bins 5 10 20 40] [--resolution 200] [--seed 0]`
 
-Top row: the blackbox interpolation ``f_lam`` for increasing lambda (smoother, further below the
+Top row: the blackbox interpolation `f_lam` for increasing lambda (smoother, further below the
 true loss). Bottom row: the loss on FastAP's soft ranks for increasing bins (closer to the exact,
-piecewise-constant loss). Writes ``fig5_landscape_evolution.{png,pdf}`` and ``.json`` (per panel:
+piecewise-constant loss). Writes `fig5_landscape_evolution.{png,pdf}` and `.json` (per panel:
 the fraction of the plane with a zero gradient and the mean absolute difference from the true loss).
 """
 

@@ -1,11 +1,11 @@
 """Fig. 6 (App. C): the Fig. 1 section of L(w) = <a, rank(w)> with the ranking replaced by each surrogate.
 
-``python -m rambo.figures.fig6_surrogate_landscapes --out figures/out --sodeep figures/out/sodeep_sorter.pt
-[--lam 0.005] [--bins 10] [--resolution 200] [--seed 0]``
+`python -m rambo.figures.fig6_surrogate_landscapes --out figures/out --sodeep figures/out/sodeep_sorter.pt
+[--lam 0.005] [--bins 10] [--resolution 200] [--seed 0]`
 
 Panels: (a) exact ranks (piecewise constant), (b) blackbox interpolation (Alg. 1), (c) FastAP's
-soft-binning ranks, (d) the SoDeep LSTM sorter trained by ``train_sodeep.py``. Writes
-``fig6_surrogate_landscapes.{png,pdf}`` and ``.json`` (per surface: the fraction of the plane with a
+soft-binning ranks, (d) the SoDeep LSTM sorter trained by `train_sodeep.py`. Writes
+`fig6_surrogate_landscapes.{png,pdf}` and `.json` (per surface: the fraction of the plane with a
 zero gradient and the mean absolute difference from the true loss).
 """
 
@@ -42,7 +42,7 @@ def parse_args(argv=None):
 
 
 def sodeep_ranks(sorter, points: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
-    """The sorter's ranks of ``points: [..., N]``, in chunks of rows to bound memory."""
+    """The sorter's ranks of `points: [..., N]`, in chunks of rows to bound memory."""
     rows = points.reshape(-1, points.shape[-1]).float()
     with torch.no_grad():
         ranks = torch.cat([sorter(rows[start : start + chunk]) for start in range(0, len(rows), chunk)])

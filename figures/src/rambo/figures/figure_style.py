@@ -1,9 +1,9 @@
 """Shared look of every figure: the Agg backend, the Okabe-Ito palette, and atomic PNG + PDF output;
-and what a figure's error says to do about a bad export it reads (:func:`export_fix`).
+and what a figure's error says to do about a bad export it reads (`export_fix`).
 
 The Okabe-Ito colours stay distinguishable under the common forms of colour blindness; sequential
-maps use ``cividis`` for the same reason. Figures are written through a temporary file and
-``os.replace`` so that an interrupted run never leaves a half-written figure for DVC to cache.
+maps use `cividis` for the same reason. Figures are written through a temporary file and
+`os.replace` so that an interrupted run never leaves a half-written figure for DVC to cache.
 """
 
 from __future__ import annotations
@@ -47,13 +47,14 @@ plt.rcParams.update(
 
 
 def _replace_atomically(path: Path, write) -> None:
-    """``write(temporary)`` then rename (:func:`rambo.harness.atomic.atomic_path`): no half-written figure."""
+    """`write(temporary)` then rename ([`rambo.harness.atomic.atomic_path`][rambo.harness.atomic.atomic_path]): no
+    half-written figure."""
     with atomic_path(path, suffix=path.suffix) as temporary:
         write(str(temporary))
 
 
 def save_figure(fig, out_dir: Path, name: str) -> list[Path]:
-    """Write ``fig`` as ``<out_dir>/<name>.png`` and ``.pdf``; close it; return the two paths."""
+    """Write `fig` as `<out_dir>/<name>.png` and `.pdf`; close it; return the two paths."""
     paths = [Path(out_dir) / f"{name}.{ext}" for ext in ("png", "pdf")]
     for path in paths:
         ext = path.suffix[1:]
@@ -70,7 +71,7 @@ def save_figure(fig, out_dir: Path, name: str) -> list[Path]:
 
 
 def save_numbers(numbers: dict, out_dir: Path, name: str) -> Path:
-    """Write the numbers behind a figure as ``<out_dir>/<name>.json`` (read by tests and DVC metrics)."""
+    """Write the numbers behind a figure as `<out_dir>/<name>.json` (read by tests and DVC metrics)."""
     path = Path(out_dir) / f"{name}.json"
 
     def write(temporary):
@@ -81,7 +82,7 @@ def save_numbers(numbers: dict, out_dir: Path, name: str) -> Path:
 
 
 def export_fix(path: Path) -> str:
-    """What to do about a bad export of the retrieval pipeline (``results/<profile>/exports/<experiment>/``)."""
+    """What to do about a bad export of the retrieval pipeline (`results/<profile>/exports/<experiment>/`)."""
     path = Path(path)
     stage = (
         f" (the pipeline: `dvc repro retrieval_export@{path.parent.name}`)"

@@ -8,7 +8,7 @@ from .figure_style import SEQUENTIAL_MAP
 
 
 def draw_section(ax, values: torch.Tensor, extent: float, title: str, colorbar_label: str = "loss L(w)"):
-    """Heat map of ``values: [resolution (t), resolution (s)]`` over ``[-extent, extent]^2``."""
+    """Heat map of `values: [resolution (t), resolution (s)]` over `[-extent, extent]^2`."""
     image = ax.imshow(
         values.numpy(),
         origin="lower",

@@ -1,7 +1,7 @@
 """A fixed random 2-D section of the score space R^N on which rank-based losses are drawn.
 
-``w(s, t) = centre + s * u + t * v`` with a random centre ``w0 ~ N(0, I)``, a random orthonormal
-pair ``(u, v)`` and a random loss ``L(w) = <a, rank(w)>`` with ``a ~ N(0, I)`` (paper Fig. 1 and
+`w(s, t) = centre + s * u + t * v` with a random centre `w0 ~ N(0, I)`, a random orthonormal
+pair `(u, v)` and a random loss `L(w) = <a, rank(w)>` with `a ~ N(0, I)` (paper Fig. 1 and
 App. C: "a (random but fixed) linear combination of the ranks ... a (random but fixed)
 two-dimensional section"). The same seed gives the same section in Fig. 1, 5 and 6.
 """
@@ -15,7 +15,7 @@ import torch
 
 @dataclass(frozen=True)
 class LossSection:
-    """``centre: [N]``, ``plane: [2, N]`` (orthonormal rows u, v), ``weights: [N]`` (the loss's a)."""
+    """`centre: [N]`, `plane: [2, N]` (orthonormal rows u, v), `weights: [N]` (the loss's a)."""
 
     centre: torch.Tensor
     plane: torch.Tensor
@@ -36,13 +36,13 @@ class LossSection:
         return cls(centre, plane, weights, float(extent))
 
     def coordinates(self, resolution: int) -> torch.Tensor:
-        """``[resolution]`` plane coordinates from ``-extent`` to ``extent``."""
+        """`[resolution]` plane coordinates from `-extent` to `extent`."""
         if resolution < 2:
             raise ValueError(f"resolution must be >= 2 grid points per axis, got {resolution}")
         return torch.linspace(-self.extent, self.extent, resolution, dtype=torch.float64)
 
     def grid(self, resolution: int) -> torch.Tensor:
-        """``[resolution (t), resolution (s), N]`` score vectors ``w(s, t)``; row index is t (image y)."""
+        """`[resolution (t), resolution (s), N]` score vectors `w(s, t)`; row index is t (image y)."""
         coords = self.coordinates(resolution)
         t, s = torch.meshgrid(coords, coords, indexing="ij")
         return self.centre + s.unsqueeze(-1) * self.plane[0] + t.unsqueeze(-1) * self.plane[1]
@@ -53,5 +53,5 @@ class LossSection:
         return float(points.min()), float(points.max())
 
     def loss_of_ranks(self, ranks: torch.Tensor) -> torch.Tensor:
-        """``L = <a, ranks>`` for any (exact or surrogate) ranks ``[..., N]`` -> ``[...]``."""
+        """`L = <a, ranks>` for any (exact or surrogate) ranks `[..., N]` -> `[...]`."""
         return (ranks.to(self.weights.dtype) * self.weights).sum(-1)

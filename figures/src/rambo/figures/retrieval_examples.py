@@ -1,12 +1,14 @@
 """Example retrievals read from the retrieval pipeline: query images, their top-k results, correctness.
 
-The input is a ``.npz`` with
-``query``: ``[Q]`` image paths (str) or ``[Q, H, W, 3]`` uint8 images;
-``results``: ``[Q, K]`` image paths or ``[Q, K, H, W, 3]`` uint8 images, best result first;
-``correct``: ``[Q, K]`` bool, whether each result has the query's class.
-Relative paths are taken relative to an image root (the dataset folder). A dump (or an image it
-names) that is missing, damaged or not of that form is a
-:class:`rambo.harness.run_files.RunFileError` naming the file and what to do.
+The input is a `.npz` with
+
+- `query`: `[Q]` image paths (str) or `[Q, H, W, 3]` uint8 images;
+- `results`: `[Q, K]` image paths or `[Q, K, H, W, 3]` uint8 images, best result first;
+- `correct`: `[Q, K]` bool, whether each result has the query's class.
+
+Relative paths are taken relative to an image root (the dataset folder). A dump (or an image it names) that is missing,
+damaged or not of that form is a [`rambo.harness.run_files.RunFileError`][rambo.harness.run_files.RunFileError] naming
+the file and what to do.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from .figure_style import export_fix
 
 
 def load_retrievals(path: Path) -> dict:
-    """Read and check a retrieval dump; returns ``{"query", "results", "correct"}`` numpy arrays."""
+    """Read and check a retrieval dump; returns `{"query", "results", "correct"}` numpy arrays."""
     path = Path(path)
     fix = export_fix(path)
     dump = read_npz(path, fix, ("query", "results", "correct"))
@@ -41,7 +43,7 @@ def load_retrievals(path: Path) -> dict:
 
 
 def as_image(item, image_root: Path | None) -> np.ndarray:
-    """``[H, W, 3]`` uint8 from a path (relative to ``image_root``) or an image array."""
+    """`[H, W, 3]` uint8 from a path (relative to `image_root`) or an image array."""
     if isinstance(item, np.ndarray) and item.dtype == np.uint8:
         if item.ndim != 3 or item.shape[-1] != 3:
             raise ValueError(f"image arrays must be [H, W, 3] uint8, got shape {item.shape}")
@@ -60,7 +62,7 @@ def as_image(item, image_root: Path | None) -> np.ndarray:
 
 
 def thumbnail(image: np.ndarray, size: int) -> np.ndarray:
-    """``[size, size, 3]``: the image scaled to fit, centred on white (aspect ratio kept)."""
+    """`[size, size, 3]`: the image scaled to fit, centred on white (aspect ratio kept)."""
     picture = Image.fromarray(image)
     scale = size / max(picture.width, picture.height)  # up or down: small dataset images fill the cell too
     picture = picture.resize(
@@ -72,7 +74,7 @@ def thumbnail(image: np.ndarray, size: int) -> np.ndarray:
 
 
 def with_border(image: np.ndarray, colour: str, width: int) -> np.ndarray:
-    """``[H + 2w, W + 2w, 3]``: the image framed by ``width`` pixels of ``colour`` (``#RRGGBB``)."""
+    """`[H + 2w, W + 2w, 3]`: the image framed by `width` pixels of `colour` (`#RRGGBB`)."""
     rgb = np.array([int(colour[i : i + 2], 16) for i in (1, 3, 5)], dtype=np.uint8)
     framed = np.empty((image.shape[0] + 2 * width, image.shape[1] + 2 * width, 3), dtype=np.uint8)
     framed[:] = rgb

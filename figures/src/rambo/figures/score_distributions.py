@@ -1,9 +1,9 @@
 """Positive and negative pair scores of a trained model, read from the retrieval pipeline's score dumps.
 
-A dump is a ``.npz`` (``numpy.savez``) or ``.pt`` (``torch.save`` of a dict) holding ``scores``
-(float, any shape, e.g. ``[queries, items]``) and ``relevant`` (bool or 0/1, the same shape). A
-dump that is missing, damaged or not of that form is a :class:`rambo.harness.run_files.RunFileError`
-naming the file and how to write it again.
+A dump is a `.npz` (`numpy.savez`) or `.pt` (`torch.save` of a dict) holding `scores` (float, any shape, e.g.
+`[queries, items]`) and `relevant` (bool or 0/1, the same shape). A dump that is missing, damaged or not of that form is
+a [`rambo.harness.run_files.RunFileError`][rambo.harness.run_files.RunFileError] naming the file and how to write it
+again.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .figure_style import export_fix
 
 
 def load_pair_scores(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(positive scores [P], negative scores [M])`` as float64 from a score dump."""
+    """`(positive scores [P], negative scores [M])` as float64 from a score dump."""
     path, fix = Path(path), export_fix(path)
     if path.suffix not in (".npz", ".pt"):
         raise bad_file(path, f"a score file must be .npz or .pt, not {path.suffix or 'a name without a suffix'}", fix)
@@ -44,9 +44,9 @@ def load_pair_scores(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def positive_above_negative(positives: torch.Tensor, negatives: torch.Tensor) -> float:
-    """``P(positive score > negative score)`` over all pairs, ties counting 1/2 (the ROC AUC).
+    """`P(positive score > negative score)` over all pairs, ties counting 1/2 (the ROC AUC).
 
-    ``positives: [P]``, ``negatives: [M]``; O((P + M) log M) by binary search in the sorted negatives.
+    `positives: [P]`, `negatives: [M]`; O((P + M) log M) by binary search in the sorted negatives.
     """
     ordered = torch.sort(negatives).values
     below = torch.searchsorted(ordered, positives, right=False).double()

@@ -1,11 +1,11 @@
 """Table 6 as a figure: AP-loss forward+backward time against sequence length, log-log.
 
-``python -m rambo.figures.table6_speed --out figures/out --bench core/benchmarks/ap_loss.json [more.json ...]``
+`python -m rambo.figures.table6_speed --out figures/out --bench core/benchmarks/ap_loss.json [more.json ...]`
 
-Each ``--bench`` file is the JSON of ``python -m rambo.core.benchmark`` (``make bench``):
-``{"meta": {...}, "rows": [{"n", "device", "ours_ms", "reference_ms"?, "sort_ms", ...}]}``; give a
+Each `--bench` file is the JSON of `python -m rambo.core.benchmark` (`make bench`):
+`{"meta": {...}, "rows": [{"n", "device", "ours_ms", "reference_ms"?, "sort_ms", ...}]}`; give a
 CPU and a GPU run to draw both. The paper's CPU and GPU rows come from
-``rambo.core.benchmark.PAPER_TABLE_6``. Writes ``table6_speed.{png,pdf}`` and ``table6_speed.json``
+`rambo.core.benchmark.PAPER_TABLE_6`. Writes `table6_speed.{png,pdf}` and `table6_speed.json`
 (per run and length: the times and the speed-up over the reference algorithm).
 """
 
@@ -24,7 +24,7 @@ from .figure_style import OKABE_ITO, save_figure, save_numbers
 
 PAPER_LABELS = {"cpu": "paper Table 6, 1 Xeon Gold core", "cuda": "paper Table 6, Tesla V100"}
 _TIME = (float, None)
-#: What is read of a benchmark JSON (the schema of ``rambo.core.benchmark``).
+#: What is read of a benchmark JSON (the schema of `rambo.core.benchmark`).
 BENCHMARK = {
     "meta?": {"threads?": (int, None), "device_name?": (str, None)},
     "rows": ListOf({"n": int, "ours_ms": float, "sort_ms": float, "reference_ms?": _TIME, "device?": str}, least=1),
@@ -32,8 +32,9 @@ BENCHMARK = {
 
 
 def load_benchmark(path: Path) -> dict:
-    """A benchmark JSON, checked: rows sorted by length, each with ``n``, ``ours_ms`` and ``sort_ms``;
-    a missing or bad file is a :class:`rambo.harness.run_files.RunFileError` saying how to write it."""
+    """A benchmark JSON, checked: rows sorted by length, each with `n`, `ours_ms` and `sort_ms`;
+    a missing or bad file is a [`rambo.harness.run_files.RunFileError`][rambo.harness.run_files.RunFileError] saying how
+    to write it."""
     path = Path(path)
     bench = read_json(path, "write it with `make bench` (python -m rambo.core.benchmark)", BENCHMARK)
     bench["rows"] = sorted(bench["rows"], key=lambda row: row["n"])

@@ -1,9 +1,9 @@
 """Train the SoDeep LSTM sorter on synthetic score vectors (the sorter drawn in Fig. 6(d)).
 
-``python -m rambo.figures.train_sodeep --out figures/out [--length 20] [--steps 1500] [--batch 256] [--loss l1]``
+`python -m rambo.figures.train_sodeep --out figures/out [--length 20] [--steps 1500] [--batch 256] [--loss l1]`
 
-Writes the checkpoint ``sodeep_sorter.pt`` (atomically: a temporary file, then ``os.replace``) and
-``sodeep_sorter.json`` (the loss on a fixed validation batch before and after training, and the
+Writes the checkpoint `sodeep_sorter.pt` (atomically: a temporary file, then `os.replace`) and
+`sodeep_sorter.json` (the loss on a fixed validation batch before and after training, and the
 mean absolute rank error after training, in ranks).
 """
 

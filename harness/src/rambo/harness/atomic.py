@@ -1,14 +1,15 @@
 """Files that are either complete or absent: write to a temporary sibling, then rename.
 
 Every writer of the project (metrics, curves, checkpoints, downloads, figures) goes through
-:func:`atomic_path`, so a killed process leaves the previous file (or none), never half of one,
-and never a stray temporary file. The result gets the permissions of a file created by ``open``
-(``0o666`` less the umask), not ``mkstemp``'s owner-only ``0o600``: colleagues on a shared cluster
+[`atomic_path`][rambo.harness.atomic.atomic_path], so a killed process leaves the previous file (or none), never half of
+one, and never a stray temporary file. The result gets the permissions of a file created by `open`
+(`0o666` less the umask), not `mkstemp`'s owner-only `0o600`: colleagues on a shared cluster
 read the outputs like any other.
 
-A process killed mid-write (``SIGKILL``, a node lost) leaves its temporary file behind; a run
-removes the ones in its own folders when it starts (:func:`remove_stale_temporaries`). A write that
-finds the disk full raises :class:`DiskFullError`: one line naming the file and the space it needs.
+A process killed mid-write (`SIGKILL`, a node lost) leaves its temporary file behind; a run
+removes the ones in its own folders when it starts
+([`remove_stale_temporaries`][rambo.harness.atomic.remove_stale_temporaries]). A write that finds the disk full raises
+[`DiskFullError`][rambo.harness.atomic.DiskFullError]: one line naming the file and the space it needs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-#: A temporary file of :func:`atomic_path` with the default suffix: ``.<name>.<8 random characters>.tmp``.
+#: A temporary file of `atomic_path` with the default suffix: `.<name>.<8 random characters>.tmp`.
 TEMPORARY = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp")
 
 
@@ -39,7 +40,7 @@ def _size(count: float) -> str:
 
 
 def _disk_full(error: BaseException) -> OSError | None:
-    """The ``ENOSPC`` / ``EDQUOT`` error that ``error`` is or was raised from, else ``None`` (torch
+    """The `ENOSPC` / `EDQUOT` error that `error` is or was raised from, else `None` (torch
     raises its own error while closing an archive whose write failed; the cause is in its context)."""
     seen = set()
     while error is not None and id(error) not in seen:
@@ -51,7 +52,8 @@ def _disk_full(error: BaseException) -> OSError | None:
 
 
 def disk_full_error(path: str | os.PathLike, cause: OSError, needed: int | None) -> DiskFullError:
-    """The one-line :class:`DiskFullError` for a write of ``needed`` bytes (``None``: not known) to ``path``."""
+    """The one-line [`DiskFullError`][rambo.harness.atomic.DiskFullError] for a write of `needed` bytes (`None`: not
+    known) to `path`."""
     path = Path(path)
     try:
         free = f"{_size(shutil.disk_usage(path.parent).free)} free there"
@@ -68,9 +70,9 @@ def disk_full_error(path: str | os.PathLike, cause: OSError, needed: int | None)
 
 
 def remove_stale_temporaries(folder: str | os.PathLike, names=None) -> list[Path]:
-    """Remove the temporary files of :func:`atomic_path` that a killed writer left in ``folder``
-    (not in its subfolders), of every file or only of the file names in ``names``: call it only
-    where no other writer of those files is at work (a run's claimed folders: :mod:`.claim`; its
+    """Remove the temporary files of [`atomic_path`][rambo.harness.atomic.atomic_path] that a killed writer left in
+    `folder` (not in its subfolders), of every file or only of the file names in `names`: call it only
+    where no other writer of those files is at work (a run's claimed folders: [`claim`][rambo.harness.claim]; its
     own files in a folder it shares). Returns the files removed."""
     removed = []
     try:
@@ -92,21 +94,21 @@ def _umask() -> int:
 
 
 def give_default_permissions(path: str | os.PathLike) -> None:
-    """The permissions ``open`` / ``mkdir`` would have given ``path`` (0o666 or 0o777 less the
-    umask), for files and folders made by ``mkstemp`` / ``mkdtemp`` (owner-only)."""
+    """The permissions `open` / `mkdir` would have given `path` (0o666 or 0o777 less the
+    umask), for files and folders made by `mkstemp` / `mkdtemp` (owner-only)."""
     path = Path(path)
     os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~_umask())
 
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = ".tmp", prefix: str | None = None):
-    """Yield a temporary path beside ``path``; on success it is renamed to ``path``.
+    """Yield a temporary path beside `path`; on success it is renamed to `path`.
 
-    On any exception the temporary file is removed and ``path`` is left as it was. ``suffix`` is
-    the temporary file's ending, for writers that choose a format by it (``np.savez`` adds
-    ``.npz`` to names without it; matplotlib reads the format from the suffix). ``prefix`` replaces
-    the name's start, ``.<name>.``, for writers that record who writes the file in its name
-    (downloads: :mod:`.download`); 8 random characters follow it.
+    On any exception the temporary file is removed and `path` is left as it was. `suffix` is
+    the temporary file's ending, for writers that choose a format by it (`np.savez` adds
+    `.npz` to names without it; matplotlib reads the format from the suffix). `prefix` replaces
+    the name's start, `.<name>.`, for writers that record who writes the file in its name
+    (downloads: [`download`][rambo.harness.download]); 8 random characters follow it.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,8 +125,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp", prefix: str | Non
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` so that a reader never sees a half-written file
-    (:class:`DiskFullError` when the disk is full)."""
+    """Write `text` to `path` so that a reader never sees a half-written file
+    ([`DiskFullError`][rambo.harness.atomic.DiskFullError] when the disk is full)."""
     try:
         with atomic_path(path) as temporary:
             temporary.write_text(text)
@@ -136,18 +138,18 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def write_json(path: str | os.PathLike, data) -> Path:
-    """``data`` as indented JSON with sorted keys (stable diffs), written atomically."""
+    """`data` as indented JSON with sorted keys (stable diffs), written atomically."""
     return write_text(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def save_torch(obj, path: str | os.PathLike) -> Path:
-    """``torch.save(obj)`` to ``path`` atomically (a killed run leaves the previous checkpoint), on
-    disk (``fsync``) before it takes the name, so a crash of the machine cannot leave the name on a
-    file whose data was never written. :class:`DiskFullError` when the disk is full.
+    """`torch.save(obj)` to `path` atomically (a killed run leaves the previous checkpoint), on
+    disk (`fsync`) before it takes the name, so a crash of the machine cannot leave the name on a
+    file whose data was never written. [`DiskFullError`][rambo.harness.atomic.DiskFullError] when the disk is full.
 
     torch writes through an open file, not to the temporary's path: given a path, torch names the
     archive's records after the file (here a random temporary name), so two saves of equal objects
-    would differ in bytes; through a file every record is under ``archive/`` and equal objects give
+    would differ in bytes; through a file every record is under `archive/` and equal objects give
     equal files (a rerun leaves DVC's hash of a checkpoint unchanged)."""
     import torch
 
@@ -180,7 +182,7 @@ class _Counter:
 
 
 def _saved_size(obj) -> int | None:
-    """The bytes ``torch.save(obj)`` writes (saved again, to nowhere), or ``None`` if that fails."""
+    """The bytes `torch.save(obj)` writes (saved again, to nowhere), or `None` if that fails."""
     import torch
 
     counter = _Counter()

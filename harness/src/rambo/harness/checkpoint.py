@@ -1,18 +1,19 @@
 """Training checkpoints: written atomically, restoring every random number generator, and loaded
-with ``weights_only=True`` (a checkpoint is data, never code, whoever wrote it).
+with `weights_only=True` (a checkpoint is data, never code, whoever wrote it).
 
 A checkpoint is a dict of tensors, numbers, strings, lists and dicts. The random states are kept in
-those types too: python's ``random`` state (ints), numpy's legacy global state (its key as an int64
+those types too: python's `random` state (ints), numpy's legacy global state (its key as an int64
 tensor), torch's CPU generator and the generator of every CUDA device.
 
 While it trains, a run keeps the checkpoint of the epoch before the last beside it
-(:func:`previous_path`, ``checkpoint.prev.pt``): a checkpoint found damaged (cut short, overwritten)
-is set aside under ``resume=auto`` and the run continues from that one (:mod:`.resume`). It doubles
-the disk a training run's checkpoints take; a finished run removes it, and its own checkpoint holds
-no optimiser or scheduler state (:class:`rambo.harness.run.TrainingRun`).
+([`previous_path`][rambo.harness.checkpoint.previous_path], `checkpoint.prev.pt`): a checkpoint found damaged (cut
+short, overwritten) is set aside under `resume=auto` and the run continues from that one
+([`resume`][rambo.harness.resume]). It doubles the disk a training run's checkpoints take; a finished run removes it,
+and its own checkpoint holds no optimiser or scheduler state
+([`rambo.harness.run.TrainingRun`][rambo.harness.run.TrainingRun]).
 
-A file set aside (:func:`set_aside`: a damaged checkpoint, another run's) gets a name of its own,
-never one a file already has: nothing set aside earlier is overwritten.
+A file set aside ([`set_aside`][rambo.harness.checkpoint.set_aside]: a damaged checkpoint, another run's) gets a name of
+its own, never one a file already has: nothing set aside earlier is overwritten.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ NEXT_STEP = (
 class DamagedCheckpoint(ValueError):
     """A checkpoint file that cannot be read back (cut short, overwritten, or not a checkpoint).
 
-    ``path`` is the file, ``reason`` what reading it said (one line); the message adds ``next_step``."""
+    `path` is the file, `reason` what reading it said (one line); the message adds `next_step`."""
 
     def __init__(self, path: str | Path, reason: str, next_step: str = NEXT_STEP):
         self.path, self.reason = Path(path), reason
@@ -47,7 +48,7 @@ class DamagedCheckpoint(ValueError):
 
 
 class NotACheckpoint(DamagedCheckpoint):
-    """A file that loads but holds no checkpoint dict (a tensor, a list: ``torch.save`` of something else)."""
+    """A file that loads but holds no checkpoint dict (a tensor, a list: `torch.save` of something else)."""
 
 
 def _first_line(error: BaseException) -> str:
@@ -82,8 +83,8 @@ def rng_states() -> dict:
 
 
 def set_rng_states(states: dict) -> None:
-    """Restore :func:`rng_states`. CUDA states are restored when this machine has CUDA (a
-    checkpoint written on a GPU resumes on a CPU with the CPU generators restored)."""
+    """Restore [`rng_states`][rambo.harness.checkpoint.rng_states]. CUDA states are restored when this machine has CUDA
+    (a checkpoint written on a GPU resumes on a CPU with the CPU generators restored)."""
     python = states["python"]
     random.setstate((python["version"], tuple(python["state"]), python["gauss"]))
     numpy = states["numpy"]
@@ -108,16 +109,16 @@ def set_rng_states(states: dict) -> None:
 
 
 def previous_path(path: str | Path) -> Path:
-    """Where the checkpoint of the epoch before ``path``'s is kept: ``checkpoint.prev.pt`` beside
-    ``checkpoint.pt``."""
+    """Where the checkpoint of the epoch before `path`'s is kept: `checkpoint.prev.pt` beside
+    `checkpoint.pt`."""
     path = Path(path)
     return path.with_name(f"{path.stem}.prev{path.suffix}")
 
 
 def keep_as_previous(path: str | Path) -> None:
-    """Make the checkpoint at ``path`` the previous one (:func:`previous_path`) before a new one
-    replaces it: a hard link (no copy, no extra disk until the new one is written), else a copy;
-    either appears whole or not at all. Without a checkpoint at ``path`` (a run's first epoch), an
+    """Make the checkpoint at `path` the previous one ([`previous_path`][rambo.harness.checkpoint.previous_path]) before
+    a new one replaces it: a hard link (no copy, no extra disk until the new one is written), else a copy;
+    either appears whole or not at all. Without a checkpoint at `path` (a run's first epoch), an
     earlier run's previous checkpoint is removed, so the previous one is always this run's."""
     path, previous = Path(path), previous_path(path)
     if not path.is_file():
@@ -134,16 +135,16 @@ def keep_as_previous(path: str | Path) -> None:
 
 
 def save_checkpoint(state: dict, path: str | Path) -> Path:
-    """``torch.save`` atomically: a kill mid-write leaves the previous checkpoint intact."""
+    """`torch.save` atomically: a kill mid-write leaves the previous checkpoint intact."""
     return save_torch(state, path)
 
 
 def load_checkpoint(path: str | Path, next_step: str = NEXT_STEP) -> dict:
-    """Load a checkpoint onto the CPU with ``weights_only=True``.
+    """Load a checkpoint onto the CPU with `weights_only=True`.
 
-    Raises ``FileNotFoundError`` when there is none (``PermissionError`` when it cannot be opened),
-    and :class:`DamagedCheckpoint` naming the file and ``next_step`` when it cannot be read as a
-    checkpoint of this project (cut short, overwritten, another format, or pickled objects beyond data).
+    Raises `FileNotFoundError` when there is none (`PermissionError` when it cannot be opened),
+    and [`DamagedCheckpoint`][rambo.harness.checkpoint.DamagedCheckpoint] naming the file and `next_step` when it cannot
+    be read as a checkpoint of this project (cut short, overwritten, another format, or pickled objects beyond data).
     """
     path = Path(path)
     if not path.is_file():
@@ -164,7 +165,7 @@ def load_checkpoint(path: str | Path, next_step: str = NEXT_STEP) -> dict:
 
 
 def set_aside(path: str | Path, label: str) -> Path:
-    """Rename the file ``path`` to ``<name>.<label>``, or to ``<name>.<label>.1``, ``.2``, ... when
+    """Rename the file `path` to `<name>.<label>`, or to `<name>.<label>.1`, `.2`, ... when
     that name is taken, and return where it went. It never replaces a file: each name is taken in
     one step that fails when the name exists (a hard link, then the old name removed; on a file
     system without hard links, an exclusive create of the name, then a rename onto it), so two set

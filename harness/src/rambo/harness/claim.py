@@ -1,46 +1,46 @@
 """One run per folder, whatever the timing: a run claims each folder it writes into before it writes
 anything, and gives the claim back when it ends.
 
-Two runs given one output folder at the same time (two seeds of a sweep with one ``output_dir``,
-two SLURM jobs of a user's script) would otherwise both train and both write ``checkpoint.pt`` and
-``metrics.json`` there: the last to finish wins and the other's results are gone without a word.
-:class:`RunExistsError <rambo.harness.resume.RunExistsError>` cannot see this, since it looks once,
+Two runs given one output folder at the same time (two seeds of a sweep with one `output_dir`,
+two SLURM jobs of a user's script) would otherwise both train and both write `checkpoint.pt` and
+`metrics.json` there: the last to finish wins and the other's results are gone without a word.
+[`RunExistsError`][rambo.harness.resume.RunExistsError] cannot see this, since it looks once,
 at the start, before either run has written.
 
-The claim is a file, ``<folder>/.rambo-run.claim``, created by ``link(2)`` of a complete temporary
+The claim is a file, `<folder>/.rambo-run.claim`, created by `link(2)` of a complete temporary
 file onto that name: an exclusive create that is atomic on local file systems and on NFS alike
 (the name appears with its whole content, or not at all), so of two runs exactly one gets it.
 It records who holds it (host, process id and the process's start time, SLURM job id and restart
 count, run name, a random token). The holder gives it back when it finishes, and at interpreter
-exit (an exception, ``sys.exit`` from a scheduler's signal handler). A claim whose holder is gone
+exit (an exception, `sys.exit` from a scheduler's signal handler). A claim whose holder is gone
 is recovered:
 
-- the same SLURM job, requeued (``SLURM_JOB_ID`` equal, ``SLURM_RESTART_COUNT`` higher): SLURM
+- the same SLURM job, requeued (`SLURM_JOB_ID` equal, `SLURM_RESTART_COUNT` higher): SLURM
   requeues a job only after its processes ended, on whatever node;
 - a process on this host that no longer exists (or is a zombie, or whose id was reused: its start
-  time differs), e.g. a run killed by ``SIGKILL``;
+  time differs), e.g. a run killed by `SIGKILL`;
 - this very process (an earlier run in it raised and kept its claim).
 
-Any other holder is alive, or may be: :class:`FolderClaimedError` names the folder and the run that
-holds it, and nothing is written (it is an :class:`~rambo.harness.config_check.InputError`: the
-apps print it as one ``error:`` line and exit with code 2). A holder on another host that died
+Any other holder is alive, or may be: [`FolderClaimedError`][rambo.harness.claim.FolderClaimedError] names the folder
+and the run that holds it, and nothing is written (it is an [`InputError`][rambo.harness.config_check.InputError]: the
+apps print it as one `error:` line and exit with code 2). A holder on another host that died
 without a scheduler to requeue it cannot be told from a live one; the error says which file to
 delete then.
 
-A stale claim is taken over in one step: under a lock on ``<folder>/.rambo-run.claim.lock``
-(``flock``; NFS clients map it to a lock on the server), the claim file is read again, and only if
-it still is the stale holder's is it replaced by this run's (``rename(2)`` over it). The claim file
+A stale claim is taken over in one step: under a lock on `<folder>/.rambo-run.claim.lock`
+(`flock`; NFS clients map it to a lock on the server), the claim file is read again, and only if
+it still is the stale holder's is it replaced by this run's (`rename(2)` over it). The claim file
 never goes missing on the way, so a run arriving meanwhile finds a claim and is refused (or waits
 for the lock to take over the same stale claim, and then finds it taken), and no run can remove a
 claim it did not mean to. The lock file lives only while the lock is held.
 
-A run claims the folder Hydra makes for it before Hydra writes anything there (``.hydra/*.yaml``,
-the log file): :func:`claim_job_folder` is built by Hydra's logging setup of the job, which comes
-after Hydra makes the job's folder and before its first write, in the job's own process, for a
+A run claims the folder Hydra makes for it before Hydra writes anything there (`.hydra/*.yaml`,
+the log file): [`claim_job_folder`][rambo.harness.claim.claim_job_folder] is built by Hydra's logging setup of the job,
+which comes after Hydra makes the job's folder and before its first write, in the job's own process, for a
 single run and for each job of a multirun under any launcher. A run refused there leaves every
-byte of that folder as it was. This process keeps the claims it holds (:func:`held`), and the run's
-own claim of its folders (:func:`claim_folders`) takes over the one already held, so the folder is
-never unclaimed between the two.
+byte of that folder as it was. This process keeps the claims it holds ([`held`][rambo.harness.claim.held]), and the
+run's own claim of its folders ([`claim_folders`][rambo.harness.claim.claim_folders]) takes over the one already held,
+so the folder is never unclaimed between the two.
 """
 
 from __future__ import annotations
@@ -70,14 +70,14 @@ class FolderClaimedError(InputError, RuntimeError):
 
 
 def _pause(point: str) -> None:
-    """A point of a takeover where a test's worker process waits (``claim_worker.py``) to replay an
-    unlucky scheduling: ``"stale"`` (a claim was found stale), ``"lock"`` (about to take the
-    takeover lock) and ``"verified"`` (under the lock, the claim is still the stale one). Nothing here."""
+    """A point of a takeover where a test's worker process waits (`claim_worker.py`) to replay an
+    unlucky scheduling: `"stale"` (a claim was found stale), `"lock"` (about to take the
+    takeover lock) and `"verified"` (under the lock, the claim is still the stale one). Nothing here."""
 
 
 @contextlib.contextmanager
 def _takeover_lock(folder: Path):
-    """Hold the exclusive lock of ``folder``'s claim takeovers; its file is removed when it is given
+    """Hold the exclusive lock of `folder`'s claim takeovers; its file is removed when it is given
     back. A process that waited on a file removed meanwhile finds that out (the path names another
     file, or none) and locks the path's file anew."""
     path = folder / f"{CLAIM_NAME}.lock"
@@ -102,8 +102,8 @@ def _takeover_lock(folder: Path):
 
 
 def _process_start(pid: int) -> str | None:
-    """The start time of process ``pid`` (clock ticks since boot, ``/proc/<pid>/stat`` field 22), or
-    ``None`` where there is no ``/proc``: with the pid it names one process, even after pid reuse."""
+    """The start time of process `pid` (clock ticks since boot, `/proc/<pid>/stat` field 22), or
+    `None` where there is no `/proc`: with the pid it names one process, even after pid reuse."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -112,7 +112,7 @@ def _process_start(pid: int) -> str | None:
 
 
 def _process_state(pid: int) -> str | None:
-    """``/proc/<pid>/stat``'s state letter (``Z``: a zombie), or ``None`` without ``/proc``."""
+    """`/proc/<pid>/stat`'s state letter (`Z`: a zombie), or `None` without `/proc`."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
@@ -135,7 +135,7 @@ def holder_record(run: str) -> dict:
 
 
 def holder_is_gone(holder: dict, me: dict) -> str | None:
-    """Why the claim of ``holder`` may be taken over by ``me`` (see the module docstring), or ``None``
+    """Why the claim of `holder` may be taken over by `me` (see the module docstring), or `None`
     while its holder may still be running."""
     job = holder.get("slurm_job_id")
     if job and job == me["slurm_job_id"] and me["slurm_restart_count"] > int(holder.get("slurm_restart_count") or 0):
@@ -168,7 +168,7 @@ def describe(holder: dict) -> str:
 
 
 def _read(path: Path) -> dict | None:
-    """The holder recorded at ``path``; ``None`` when the file is gone; ``{}`` when it is unreadable."""
+    """The holder recorded at `path`; `None` when the file is gone; `{}` when it is unreadable."""
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
@@ -178,8 +178,9 @@ def _read(path: Path) -> dict | None:
 
 
 class FolderClaim:
-    """The claim of one folder by one run: :meth:`acquire`, then :meth:`release` (also at exit).
-    ``options``: what a refused run is told to set to get a folder of its own."""
+    """The claim of one folder by one run: [`acquire`][rambo.harness.claim.FolderClaim.acquire], then
+    [`release`][rambo.harness.claim.FolderClaim.release] (also at exit). `options`: what a refused run is told to set to
+    get a folder of its own."""
 
     def __init__(self, folder: str | Path, run: str, options: str = RUN_FILE_OPTIONS):
         self.folder = Path(folder)
@@ -189,8 +190,8 @@ class FolderClaim:
         self.held = False
 
     def acquire(self) -> FolderClaim:
-        """Take the claim, recovering one whose holder is gone; :class:`FolderClaimedError` when a
-        live run holds it."""
+        """Take the claim, recovering one whose holder is gone;
+        [`FolderClaimedError`][rambo.harness.claim.FolderClaimedError] when a live run holds it."""
         self.folder.mkdir(parents=True, exist_ok=True)
         temporary = self.folder / f"{CLAIM_NAME}.{self.me['token']}.tmp"
         temporary.write_text(json.dumps(self.me, indent=1) + "\n")
@@ -226,8 +227,8 @@ class FolderClaim:
         )
 
     def _take_over(self, temporary: Path, holder: dict, reason: str) -> bool:
-        """Replace the claim file by ``temporary`` (this run's record) if it still holds ``holder``'s
-        stale claim, in one step under the takeover lock; ``False`` when it no longer does."""
+        """Replace the claim file by `temporary` (this run's record) if it still holds `holder`'s
+        stale claim, in one step under the takeover lock; `False` when it no longer does."""
         _pause("lock")
         with _takeover_lock(self.folder):
             if _read(self.path) != holder:
@@ -256,16 +257,16 @@ class FolderClaim:
 
 
 def held(folder: str | Path) -> FolderClaim | None:
-    """The claim of ``folder`` this process holds (taken by :func:`claim_job_folder` or an earlier
-    :func:`claim_folders`), or ``None``."""
+    """The claim of `folder` this process holds (taken by [`claim_job_folder`][rambo.harness.claim.claim_job_folder] or
+    an earlier [`claim_folders`][rambo.harness.claim.claim_folders]), or `None`."""
     claim = _HELD.get(Path(os.path.abspath(folder)))
     return claim if claim is not None and claim.held and claim.owns_file() else None
 
 
 def claim_folders(folders, run: str, options: str = RUN_FILE_OPTIONS) -> list[FolderClaim]:
-    """Claim every distinct folder of ``folders`` (in a fixed order), keeping the claims this process
-    holds already (:func:`held`); all or none: when one is held by another run, the ones taken here are
-    given back and :class:`FolderClaimedError` is raised."""
+    """Claim every distinct folder of `folders` (in a fixed order), keeping the claims this process
+    holds already ([`held`][rambo.harness.claim.held]); all or none: when one is held by another run, the ones taken
+    here are given back and [`FolderClaimedError`][rambo.harness.claim.FolderClaimedError] is raised."""
     unique = sorted({Path(os.path.abspath(folder)) for folder in folders})
     claims: list[FolderClaim] = []
     taken: list[FolderClaim] = []
@@ -284,17 +285,18 @@ def claim_folders(folders, run: str, options: str = RUN_FILE_OPTIONS) -> list[Fo
 
 
 class _PassEverything(logging.Filter):
-    """A logging filter that keeps every record: what :func:`claim_job_folder` gives Hydra's logging setup."""
+    """A logging filter that keeps every record: what [`claim_job_folder`][rambo.harness.claim.claim_job_folder] gives
+    Hydra's logging setup."""
 
 
 def claim_job_folder(folder: str, run: str) -> logging.Filter:
-    """Claim ``folder``, the folder Hydra made for this job (``${hydra.runtime.output_dir}``), for the
-    run ``run``, before Hydra writes anything there (see the module docstring); a refused run prints
-    one ``error:`` line and exits with code 2, having written nothing. The main process of a run
+    """Claim `folder`, the folder Hydra made for this job (`${hydra.runtime.output_dir}`), for the
+    run `run`, before Hydra writes anything there (see the module docstring); a refused run prints
+    one `error:` line and exits with code 2, having written nothing. The main process of a run
     claims; the other processes of a distributed run (torchrun, SLURM tasks) write into their main
     process's folder and claim nothing.
 
-    The apps' ``train.yaml`` names it as a filter of ``hydra.job_logging``: Python's logging setup
+    The apps' `train.yaml` names it as a filter of `hydra.job_logging`: Python's logging setup
     builds filters before it opens the log file, and whichever logging config a run picks, its
     filters are built. The filter itself keeps every record."""
     from .distributed import detect_setup

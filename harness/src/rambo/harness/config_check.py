@@ -1,17 +1,18 @@
 """The composed run config checked before anything is created, the same for both training apps.
 
-An app describes its options (:class:`Bound`: a numeric option and its range) and the paths that
-must exist, and returns :class:`Problem` s from one function, ``problems(cfg)``. Hydra runs that
-function through :class:`CheckConfig`, a Hydra callback the apps' ``train.yaml`` names under
-``hydra.callbacks``: for a single run it is called with the composed config *before* Hydra makes
-the output folder, so a bad option stops the run with one line per problem (``error: ...`` on
-stderr) and exit code 2, and nothing is written. For a multirun (``--multirun``, the pipeline's
+An app describes its options ([`Bound`][rambo.harness.config_check.Bound]: a numeric option and its range) and the paths
+that must exist, and returns [`Problem`][rambo.harness.config_check.Problem] s from one function, `problems(cfg)`. Hydra
+runs that function through [`CheckConfig`][rambo.harness.config_check.CheckConfig], a Hydra callback the apps'
+`train.yaml` names under `hydra.callbacks`: for a single run it is called with the composed config *before* Hydra makes
+the output folder, so a bad option stops the run with one line per problem (`error: ...` on
+stderr) and exit code 2, and nothing is written. For a multirun (`--multirun`, the pipeline's
 seed sweeps) the options shared by every job are checked before the sweep folder is made; options
-the sweep changes (and values that refer to them, such as a path holding ``${seed}``) are checked
-by each job before it trains (:func:`stop_on_problems` in the app's entry point).
+the sweep changes (and values that refer to them, such as a path holding `${seed}`) are checked
+by each job before it trains ([`stop_on_problems`][rambo.harness.config_check.stop_on_problems] in the app's entry
+point).
 
-:func:`stop` is the apps' way out for bad input found later (an unreadable image, a sampler that
-cannot fill a batch): the same ``error:`` line, written to the run's log file too, and exit code 2.
+[`stop`][rambo.harness.config_check.stop] is the apps' way out for bad input found later (an unreadable image, a sampler
+that cannot fill a batch): the same `error:` line, written to the run's log file too, and exit code 2.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ log = logging.getLogger(__name__)
 
 class InputError(Exception):
     """Bad input found while a run sets up or trains (an unreadable image, a batch the data cannot
-    fill): the apps' entry points turn it into one ``error:`` line and exit code 2 (:func:`stop`)."""
+    fill): the apps' entry points turn it into one `error:` line and exit code 2
+    ([`stop`][rambo.harness.config_check.stop])."""
 
     def line(self) -> str:
         """The message in one line. Raised in a DataLoader worker, the error reaches the training
-        process with the worker's traceback in its message (torch's ``ExceptionWrapper``): the
+        process with the worker's traceback in its message (torch's `ExceptionWrapper`): the
         original message is its last line."""
         text = str(self).strip()
         last = text.splitlines()[-1] if text else type(self).__name__
@@ -63,9 +65,9 @@ class Problem:
 
 @dataclass(frozen=True)
 class Bound:
-    """A numeric option and its range: ``low <= value`` (``low < value`` with ``low_open``),
-    ``value <= high`` (``value < high`` with ``high_open``), an integer with ``integer``, ``null``
-    allowed with ``optional``. A key absent from the config is not checked. ``meaning`` says what
+    """A numeric option and its range: `low <= value` (`low < value` with `low_open`),
+    `value <= high` (`value < high` with `high_open`), an integer with `integer`, `null`
+    allowed with `optional`. A key absent from the config is not checked. `meaning` says what
     the option is, in the message."""
 
     key: str
@@ -90,7 +92,7 @@ class Bound:
         return text
 
     def problem(self, value: Any) -> Problem | None:
-        """The problem of ``value`` for this option, or None."""
+        """The problem of `value` for this option, or None."""
         if value is None and self.optional:
             return None
         if not _fits(value, self):
@@ -125,14 +127,14 @@ MISSING = object()
 
 
 def select(cfg: DictConfig, key: str, default: Any = MISSING) -> Any:
-    """``cfg``'s value at dotted ``key`` (resolved), or ``default`` when the key is absent."""
+    """`cfg`'s value at dotted `key` (resolved), or `default` when the key is absent."""
     value = OmegaConf.select(cfg, key, default=default, throw_on_missing=False)
     return value
 
 
 def bound_problems(cfg: DictConfig, bounds: Iterable[Bound]) -> list[Problem]:
-    """The problems of every :class:`Bound` whose key is in ``cfg``; a list value (e.g. a list of
-    epochs) is checked item by item."""
+    """The problems of every [`Bound`][rambo.harness.config_check.Bound] whose key is in `cfg`; a list value (e.g. a
+    list of epochs) is checked item by item."""
     problems = []
     for bound in bounds:
         value = select(cfg, bound.key)
@@ -151,14 +153,14 @@ def bound_problems(cfg: DictConfig, bounds: Iterable[Bound]) -> list[Problem]:
 
 
 def without_derived(cfg: DictConfig, problems: Sequence[Problem]) -> list[Problem]:
-    """``problems`` less those of options whose value interpolates another problem's option
-    (``eval_batch_size: ${batch_size}``): one line for one mistake."""
+    """`problems` less those of options whose value interpolates another problem's option
+    (`eval_batch_size: ${batch_size}`): one line for one mistake."""
     keys = {problem.key for problem in problems}
     return [problem for problem in problems if not refers_to(cfg, problem.key, keys - {problem.key})]
 
 
 def choice_problems(cfg: DictConfig, choices: dict[str, Sequence[Any]]) -> list[Problem]:
-    """A problem for each ``key`` of ``choices`` whose value is not one of its choices."""
+    """A problem for each `key` of `choices` whose value is not one of its choices."""
     problems = []
     for key, allowed in choices.items():
         value = select(cfg, key)
@@ -169,8 +171,8 @@ def choice_problems(cfg: DictConfig, choices: dict[str, Sequence[Any]]) -> list[
 
 
 def task_overrides(cfg: DictConfig | None = None) -> list[str]:
-    """The command line's overrides of the running Hydra app (``hydra.overrides.task``): from
-    ``cfg`` when it holds the ``hydra`` node, else from the running app; ``[]`` outside one."""
+    """The command line's overrides of the running Hydra app (`hydra.overrides.task`): from
+    `cfg` when it holds the `hydra` node, else from the running app; `[]` outside one."""
     if cfg is not None and OmegaConf.select(cfg, "hydra.overrides.task") is not None:
         return list(cfg.hydra.overrides.task)
     from hydra.core.hydra_config import HydraConfig
@@ -179,17 +181,17 @@ def task_overrides(cfg: DictConfig | None = None) -> list[str]:
 
 
 def override_key(override: str) -> str:
-    """The key an override sets: ``data.root`` for ``data.root=x``, ``+data.root=x`` or ``++data.root=x``."""
+    """The key an override sets: `data.root` for `data.root=x`, `+data.root=x` or `++data.root=x`."""
     return override.split("=", 1)[0].lstrip("+~")
 
 
 def named_on_command_line(key: str, overrides: Sequence[str]) -> bool:
-    """True when one of ``overrides`` (the command line's) sets ``key``."""
+    """True when one of `overrides` (the command line's) sets `key`."""
     return any("=" in item and override_key(item) == key for item in overrides)
 
 
 def swept_keys(overrides: Sequence[str]) -> set[str]:
-    """The keys a multirun's overrides sweep over (``seed=0,1,2``, ``lr=range(...)``, ...)."""
+    """The keys a multirun's overrides sweep over (`seed=0,1,2`, `lr=range(...)`, ...)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(list(overrides))
@@ -197,7 +199,7 @@ def swept_keys(overrides: Sequence[str]) -> set[str]:
 
 
 def refers_to(cfg: DictConfig, key: str, names: set[str]) -> bool:
-    """True when the raw (unresolved) value at ``key`` interpolates one of ``names`` (``${seed}``)."""
+    """True when the raw (unresolved) value at `key` interpolates one of `names` (`${seed}`)."""
     node: Any = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -208,8 +210,8 @@ def refers_to(cfg: DictConfig, key: str, names: set[str]) -> bool:
 
 
 def stop(problems: Sequence[Problem | str], code: int = USAGE_ERROR, log_files: bool = True) -> NoReturn:
-    """Print each problem as one ``error: ...`` line on stderr, add them to the run's log file
-    (when logging writes one, and ``log_files``), and exit with ``code``."""
+    """Print each problem as one `error: ...` line on stderr, add them to the run's log file
+    (when logging writes one, and `log_files`), and exit with `code`."""
     lines = [str(problem) for problem in problems]
     for line in lines:
         print(f"error: {line}", file=sys.stderr, flush=True)
@@ -221,20 +223,20 @@ def stop(problems: Sequence[Problem | str], code: int = USAGE_ERROR, log_files: 
 
 
 def stop_on_problems(problems: Sequence[Problem | str]) -> None:
-    """:func:`stop` when there are ``problems``; else nothing."""
+    """[`stop`][rambo.harness.config_check.stop] when there are `problems`; else nothing."""
     if problems:
         stop(problems)
 
 
 def load_checker(path: str) -> Callable[[DictConfig], list[Problem]]:
-    """The function named by ``path`` (``package.module:function``)."""
+    """The function named by `path` (`package.module:function`)."""
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)
 
 
 class CheckConfig(Callback):
     """The Hydra callback that checks a run's config before Hydra creates anything (module
-    docstring). ``checker``: ``package.module:function``, the app's ``problems(cfg)``."""
+    docstring). `checker`: `package.module:function`, the app's `problems(cfg)`."""
 
     def __init__(self, checker: str):
         self.checker = checker

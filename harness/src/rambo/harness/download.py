@@ -1,22 +1,22 @@
 """Put a dataset's files in place: fetched from official URLs, verified, written whole, extracted.
 
-:func:`ensure_dataset` is the one entry point of both training apps. For each :class:`DatasetFile`
-it accepts data that is already there (its ``ready`` path exists, e.g. a shared copy extracted by
-hand: nothing is checksummed or extracted again); otherwise it verifies a file put at
-``root/filename`` by hand, or downloads it (:func:`fetch_file`), and extracts archives with
-:func:`rambo.harness.extract.extract` (checked, staged, merged). Archives are kept.
+[`ensure_dataset`][rambo.harness.download.ensure_dataset] is the one entry point of both training apps. For each
+[`DatasetFile`][rambo.harness.download.DatasetFile] it accepts data that is already there (its `ready` path exists, e.g.
+a shared copy extracted by hand: nothing is checksummed or extracted again); otherwise it verifies a file put at
+`root/filename` by hand, or downloads it ([`fetch_file`][rambo.harness.download.fetch_file]), and extracts archives with
+[`rambo.harness.extract.extract`][rambo.harness.extract.extract] (checked, staged, merged). Archives are kept.
 
 A download streams into a temporary sibling of its target and is renamed only once complete and
-its MD5 matches (:func:`rambo.harness.atomic.atomic_path`: usual ``0o666 & ~umask`` permissions).
-That partial file, ``.<name>.<host>-<process>-<start>-<URL key>-<random>.part``, names the process
-writing it and the URL it comes from, so that a download killed mid-copy (``SIGKILL``, a node lost)
+its MD5 matches ([`rambo.harness.atomic.atomic_path`][rambo.harness.atomic.atomic_path]: usual `0o666 & ~umask`
+permissions). That partial file, `.<name>.<host>-<process>-<start>-<URL key>-<random>.part`, names the process
+writing it and the URL it comes from, so that a download killed mid-copy (`SIGKILL`, a node lost)
 is dealt with by the next download of the same file into the same folder
-(:func:`settle_partial_downloads`): resumed with an HTTP range request where that is safe, else
-removed; the partial file of a download still running is never touched.
+([`settle_partial_downloads`][rambo.harness.download.settle_partial_downloads]): resumed with an HTTP range request
+where that is safe, else removed; the partial file of a download still running is never touched.
 A pinned MD5 is compared case-insensitively, surrounding whitespace stripped. Every failure
 (offline, timeouts, HTTP errors, a web page served instead of the file, a short transfer, a wrong
-checksum) ends in a :class:`DownloadError` whose message holds the manual steps; a local failure
-(the disk full, a folder that cannot be written, a file that cannot be read) ends in one at once,
+checksum) ends in a [`DownloadError`][rambo.harness.download.DownloadError] whose message holds the manual steps; a
+local failure (the disk full, a folder that cannot be written, a file that cannot be read) ends in one at once,
 naming the path, without trying the other URLs.
 """
 
@@ -84,7 +84,7 @@ class DatasetFile:
             object.__setattr__(self, "md5", normalise_md5(self.md5))
 
     def in_place(self, root: Path) -> Path | None:
-        """The first of ``ready`` and ``found_at`` that exists under ``root``, else None."""
+        """The first of `ready` and `found_at` that exists under `root`, else None."""
         return next((root / p for p in (self.ready, *self.found_at) if os.path.lexists(root / p)), None)
 
 
@@ -93,7 +93,8 @@ class _Refused(Exception):
 
 
 def normalise_md5(pin: str) -> str:
-    """A pinned MD5 as :func:`md5_of` writes it: lower case, surrounding whitespace stripped."""
+    """A pinned MD5 as [`md5_of`][rambo.harness.download.md5_of] writes it: lower case, surrounding whitespace
+    stripped."""
     return pin.strip().lower()
 
 
@@ -106,8 +107,8 @@ def _size(count: float) -> str:
 
 
 def _local_failure(error: BaseException, target: Path) -> OSError | None:
-    """The error of this machine's disk in ``error`` (or what it was raised from): the disk full, or
-    a file in ``target``'s folder that cannot be made or written; ``None`` for a transfer's error."""
+    """The error of this machine's disk in `error` (or what it was raised from): the disk full, or
+    a file in `target`'s folder that cannot be made or written; `None` for a transfer's error."""
     seen = set()
     # A URLError is the transfer's (a file:// URL's missing file among them), whatever it wraps.
     while error is not None and id(error) not in seen and not isinstance(error, urllib.error.URLError):
@@ -123,7 +124,8 @@ def _local_failure(error: BaseException, target: Path) -> OSError | None:
 
 
 def _local_error(error: OSError, target: Path, url: str, progress: dict, steps: str) -> DownloadError:
-    """The :class:`DownloadError` of a local failure while ``url`` was downloaded to ``target``."""
+    """The [`DownloadError`][rambo.harness.download.DownloadError] of a local failure while `url` was downloaded to
+    `target`."""
     if error.errno in _DISK_FULL:
         try:
             free = f"{_size(shutil.disk_usage(target.parent).free)} free"
@@ -154,7 +156,7 @@ def md5_of(path: str | os.PathLike) -> str:
 def manual_steps(
     target: Path, urls: Sequence[str], md5: str | None = None, homepage: str | None = None, ready: Path | None = None
 ) -> str:
-    """How to put ``target`` in place by hand: the URLs, where to put it, its MD5."""
+    """How to put `target` in place by hand: the URLs, where to put it, its MD5."""
     lines = [f"Download {target.name} by hand from one of:", *(f"    {url}" for url in urls)]
     if homepage:
         lines.append(f"  (dataset page: {homepage})")
@@ -171,7 +173,7 @@ def _looks_like_html(first_chunk: bytes) -> bool:
 
 def _pause(point: str) -> None:
     """A point of a download where a test's worker process stops, to be killed there
-    (``download_worker.py``): ``"written"`` (a chunk was written to the partial file). Nothing here."""
+    (`download_worker.py`): `"written"` (a chunk was written to the partial file). Nothing here."""
 
 
 def _url_key(url: str) -> str:
@@ -180,7 +182,7 @@ def _url_key(url: str) -> str:
 
 
 def _partial_prefix(name: str, url: str) -> str:
-    """The start of the partial file of this process's download of ``name`` from ``url``."""
+    """The start of the partial file of this process's download of `name` from `url`."""
     pid = os.getpid()
     return f".{name}.{_host()}-{pid}-{_process_start(pid) or 'none'}-{_url_key(url)}-"
 
@@ -188,11 +190,11 @@ def _partial_prefix(name: str, url: str) -> str:
 def settle_partial_downloads(
     target: str | os.PathLike, urls: Sequence[str], md5: str | None = None
 ) -> dict[str, tuple[Path, int]]:
-    """Deal with the partial files that killed downloads of ``target`` left in its folder; return,
-    per URL of ``urls``, the one to resume and the process that wrote it.
+    """Deal with the partial files that killed downloads of `target` left in its folder; return,
+    per URL of `urls`, the one to resume and the process that wrote it.
 
     A partial file whose process, on this host, has ended is kept to be resumed when that is safe:
-    it came from one of ``urls`` over ``http(s)``, and ``md5`` is pinned, so that the whole file is
+    it came from one of `urls` over `http(s)`, and `md5` is pinned, so that the whole file is
     verified (the largest of several from one URL). The others of ended processes are removed. The
     partial file of a process still running is left to it; one made on another host, or by a
     version that did not record its process, may belong to a running download: it is left, with a
@@ -253,7 +255,7 @@ def settle_partial_downloads(
 
 
 def _remove_partial(path: Path, name: str, pid: int) -> None:
-    """Remove ``path``, the partial download of ``name`` by process ``pid`` (ended), saying so on stderr."""
+    """Remove `path`, the partial download of `name` by process `pid` (ended), saying so on stderr."""
     try:
         size = f" ({_size(path.stat().st_size)})"
         path.unlink()
@@ -263,7 +265,7 @@ def _remove_partial(path: Path, name: str, pid: int) -> None:
 
 
 def _take_over(partial: Path, leftover: Path, pid: int, url: str, name: str) -> int:
-    """Move the partial file ``leftover`` (of process ``pid``, which has ended) to ``partial``, this
+    """Move the partial file `leftover` (of process `pid`, which has ended) to `partial`, this
     download's own; the bytes it holds (0 when another download took it first)."""
     try:
         os.replace(leftover, partial)  # one step: of several downloads taking it over, one gets it
@@ -279,8 +281,8 @@ def _take_over(partial: Path, leftover: Path, pid: int, url: str, name: str) -> 
 
 
 def _resumed_from(response, headers, offset: int) -> int:
-    """Where the body of ``response`` to a range request from byte ``offset`` starts: ``offset`` when the
-    server sends that range (status 206, ``Content-Range: bytes <offset>-...``), 0 when it sends the whole file."""
+    """Where the body of `response` to a range request from byte `offset` starts: `offset` when the
+    server sends that range (status 206, `Content-Range: bytes <offset>-...`), 0 when it sends the whole file."""
     status = getattr(response, "status", None)
     found = _CONTENT_RANGE.fullmatch((headers.get("Content-Range") or "").strip())
     if status != 206:
@@ -293,11 +295,11 @@ def _resumed_from(response, headers, offset: int) -> int:
 def _stream(
     url: str, partial: Path, name: str, show_progress: bool, timeout: float, state: dict, offset: int = 0
 ) -> str:
-    """Write what ``url`` serves to ``partial`` (the download of file ``name``); return its MD5.
-    ``state["total"]`` is set to the size the server announces (0: none). With ``offset``, the
+    """Write what `url` serves to `partial` (the download of file `name`); return its MD5.
+    `state["total"]` is set to the size the server announces (0: none). With `offset`, the
     bytes from there on are asked for (an HTTP range request) and written after the first
-    ``offset`` bytes of ``partial``; a server that sends the whole file instead has it written
-    from the start. ``state["resumed"]`` says whether the bytes were added."""
+    `offset` bytes of `partial`; a server that sends the whole file instead has it written
+    from the start. `state["resumed"]` says whether the bytes were added."""
     digest = hashlib.md5()
     html_expected = name.lower().endswith((".html", ".htm"))
     request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"}) if offset else url
@@ -346,8 +348,8 @@ def _stream(
 def _resume(
     url: str, partial: Path, name: str, md5: str, show_progress: bool, timeout: float, state: dict, offset: int
 ) -> str:
-    """:func:`_stream` from byte ``offset`` on into ``partial``, which holds the bytes before; the
-    MD5 of the whole file. A resumed file whose MD5 is not ``md5`` (its first part may come from
+    """`_stream` from byte `offset` on into `partial`, which holds the bytes before; the
+    MD5 of the whole file. A resumed file whose MD5 is not `md5` (its first part may come from
     another version of the file) and a server that refuses the range are downloaded again from the start."""
     try:
         found = _stream(url, partial, name, show_progress, timeout, state, offset)
@@ -379,16 +381,17 @@ def fetch_file(
     show_progress: bool | None = None,
     timeout: float = TIMEOUT_S,
 ) -> Path:
-    """Make sure ``target`` is present and, when ``md5`` is pinned, verified; download it if absent.
+    """Make sure `target` is present and, when `md5` is pinned, verified; download it if absent.
 
-    A file already at ``target`` (put there by hand) is verified, never replaced. Otherwise each
-    of ``urls`` is tried in turn; a download is renamed to ``target`` only once complete and
-    verified. ``md5`` is compared case-insensitively, surrounding whitespace stripped; without
-    one, the MD5 found is printed. ``show_progress=None`` shows a progress bar only when stderr is
-    a terminal. Raises :class:`DownloadError` (with the manual steps; ``homepage`` and ``ready``
-    are mentioned in them) when no URL gives the file, and at once when this machine's disk
-    fails (full, or ``target`` cannot be written or read). Partial files of killed downloads of
-    ``target`` are resumed or removed first (:func:`settle_partial_downloads`).
+    A file already at `target` (put there by hand) is verified, never replaced. Otherwise each
+    of `urls` is tried in turn; a download is renamed to `target` only once complete and
+    verified. `md5` is compared case-insensitively, surrounding whitespace stripped; without
+    one, the MD5 found is printed. `show_progress=None` shows a progress bar only when stderr is
+    a terminal. Raises [`DownloadError`][rambo.harness.download.DownloadError] (with the manual steps; `homepage` and
+    `ready` are mentioned in them) when no URL gives the file, and at once when this machine's disk
+    fails (full, or `target` cannot be written or read). Partial files of killed downloads of
+    `target` are resumed or removed first
+    ([`settle_partial_downloads`][rambo.harness.download.settle_partial_downloads]).
     """
     target = Path(target)
     if md5 is not None:
@@ -453,17 +456,18 @@ def ensure_dataset(
     show_progress: bool | None = None,
     archive_dir: str | os.PathLike | None = None,
 ) -> list[Path]:
-    """Put every one of ``files`` in place under ``root``; return the paths that show each in place.
+    """Put every one of `files` in place under `root`; return the paths that show each in place.
 
-    A file whose ``ready`` path (or one of its ``found_at``) exists is accepted as it is (the path
-    found is printed); an archive at one of its ``archive_at`` is verified and extracted where it lies. The
-    others are verified or downloaded (:func:`fetch_file`), archives into ``archive_dir`` (default ``root``;
-    the pipeline keeps archives in a folder of their own, which no stage deletes) and, if archives,
-    extracted into ``root``; then their ``ready`` path must exist. A pinned MD5 is always checked
-    (``verify=False`` skips it: for the Python API only, no command offers it); a file with no
+    A file whose `ready` path (or one of its `found_at`) exists is accepted as it is (the path
+    found is printed); an archive at one of its `archive_at` is verified and extracted where it lies. The
+    others are verified or downloaded ([`fetch_file`][rambo.harness.download.fetch_file]), archives into `archive_dir`
+    (default `root`; the pipeline keeps archives in a folder of their own, which no stage deletes) and, if archives,
+    extracted into `root`; then their `ready` path must exist. A pinned MD5 is always checked
+    (`verify=False` skips it: for the Python API only, no command offers it); a file with no
     pinned checksum is accepted with a printed warning and the MD5 found, before anything is
-    fetched. Raises :class:`DownloadError` or :class:`rambo.harness.extract.ArchiveError` (and
-    its subclasses; an encrypted archive names the dataset's page).
+    fetched. Raises [`DownloadError`][rambo.harness.download.DownloadError] or
+    [`rambo.harness.extract.ArchiveError`][rambo.harness.extract.ArchiveError] (and its subclasses; an encrypted archive
+    names the dataset's page).
     """
     root = Path(root)
     archive_dir = root if archive_dir is None else Path(archive_dir)

@@ -1,43 +1,43 @@
-"""The resume policy of a run: ``resume=false`` starts a new run and refuses to overwrite a
-checkpoint already at its path (of this run or of another: :class:`RunExistsError` says which,
-and how to name this run or resume that one), ``true`` continues the checkpoint of the same run
-and refuses another, ``auto`` (the pipeline's) continues the same run and sets a checkpoint of
-another run aside (renamed ``<name>.stale``, or ``<name>.stale.1``, ... when that name is taken:
-:func:`~rambo.harness.checkpoint.set_aside`) before starting over.
+"""The resume policy of a run: `resume=false` starts a new run and refuses to overwrite a
+checkpoint already at its path (of this run or of another: [`RunExistsError`][rambo.harness.resume.RunExistsError] says
+which, and how to name this run or resume that one), `true` continues the checkpoint of the same run
+and refuses another, `auto` (the pipeline's) continues the same run and sets a checkpoint of
+another run aside (renamed `<name>.stale`, or `<name>.stale.1`, ... when that name is taken:
+[`set_aside`][rambo.harness.checkpoint.set_aside]) before starting over.
 
-A file at the checkpoint path that is no checkpoint of this app (another app's, or something
-``torch.save`` wrote that holds no run: :class:`NotThisAppsCheckpoint`) is neither continued nor
-overwritten: ``true`` and ``false`` stop with its path and what to do, ``auto`` sets it aside as
-another run's. Every refusal here is an :class:`~rambo.harness.config_check.InputError`: the apps
-print its message as one ``error:`` line and exit with code 2.
+A file at the checkpoint path that is no checkpoint of this app (another app's, or something `torch.save` wrote that
+holds no run: [`NotThisAppsCheckpoint`][rambo.harness.resume.NotThisAppsCheckpoint]) is neither continued nor
+overwritten: `true` and `false` stop with its path and what to do, `auto` sets it aside as another run's. Every refusal
+here is an [`InputError`][rambo.harness.config_check.InputError]: the apps print its message as one `error:` line and
+exit with code 2.
 
 What makes two runs "the same" is declared in each app's config: the run identity is the resolved
-configuration without the keys listed in ``resume_may_change`` (where files are, how the run is
+configuration without the keys listed in `resume_may_change` (where files are, how the run is
 shown, which device runs it). Everything else, epochs included, must be equal: a changed value
 would silently mix two experiments in one result.
 
 A key added to the config later would change the identity of every run written before it, and
-``resume=auto`` would train them all again. The config's ``identity_defaults`` (a mapping of flat
-keys, ``a.b``, to values; itself listed in ``resume_may_change``) declares such a key's default:
+`resume=auto` would train them all again. The config's `identity_defaults` (a mapping of flat
+keys, `a.b`, to values; itself listed in `resume_may_change`) declares such a key's default:
 a key whose value equals its declared default is left out of the identity, so a checkpoint
 written before the key existed still matches a run at the default, and a run at another value
-(``precision: bfloat16``) does not. The defaults are written out as values, never as
+(`precision: bfloat16`) does not. The defaults are written out as values, never as
 interpolations of the keys themselves (which would always match).
 
-A key that moves (retrieval's ``data.margin`` became ``loss.margin``) would likewise change the
-identity of every run written before. The config's ``identity_renamed`` (flat old key -> flat new
-key; itself in ``resume_may_change``) declares the move: a checkpoint's identity is read with its
-old keys under their new names (:func:`renamed`) before it is compared, so a checkpoint with
-``data.margin: 0.02`` resumes a run with ``loss.margin: 0.02`` and is refused by one with
-``loss.margin: 0.0``. Where the run's config has no key at the new name (retrieval's contrastive
-row: its loss takes no margin, and ``data.margin`` reached no loss), the old key is dropped.
+A key that moves (retrieval's `data.margin` became `loss.margin`) would likewise change the
+identity of every run written before. The config's `identity_renamed` (flat old key -> flat new
+key; itself in `resume_may_change`) declares the move: a checkpoint's identity is read with its
+old keys under their new names ([`renamed`][rambo.harness.resume.renamed]) before it is compared, so a checkpoint with
+`data.margin: 0.02` resumes a run with `loss.margin: 0.02` and is refused by one with
+`loss.margin: 0.0`. Where the run's config has no key at the new name (retrieval's contrastive
+row: its loss takes no margin, and `data.margin` reached no loss), the old key is dropped.
 
-A checkpoint that cannot be read (cut short, overwritten: :class:`DamagedCheckpoint`) stops
-``resume=true`` and ``false`` with its path and what to do. ``auto`` sets it aside (renamed
-``<name>.damaged``, never deleted) and continues from the checkpoint of the epoch before
-(``checkpoint.prev.pt``, which takes its name again), or from the start when there is none (or it
-is damaged too); the log says which, and so do the run's metrics (:func:`checkpoint_to_resume`'s
-``recovered``).
+A checkpoint that cannot be read (cut short, overwritten:
+[`DamagedCheckpoint`][rambo.harness.checkpoint.DamagedCheckpoint]) stops `resume=true` and `false` with its path and
+what to do. `auto` sets it aside (renamed `<name>.damaged`, never deleted) and continues from the checkpoint of the
+epoch before (`checkpoint.prev.pt`, which takes its name again), or from the start when there is none (or it
+is damaged too); the log says which, and so do the run's metrics
+([`checkpoint_to_resume`][rambo.harness.resume.checkpoint_to_resume]'s `recovered`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 
 class RunExistsError(FileExistsError, InputError):
-    """A new run (``resume=false``) would overwrite the checkpoint of a run already at its path."""
+    """A new run (`resume=false`) would overwrite the checkpoint of a run already at its path."""
 
 
 class ResumeRefused(InputError, ValueError):
@@ -66,7 +66,7 @@ class ResumeRefused(InputError, ValueError):
 
 
 class DifferentRun(ResumeRefused):
-    """``resume=true`` over the checkpoint of another configuration."""
+    """`resume=true` over the checkpoint of another configuration."""
 
 
 class NotThisAppsCheckpoint(ResumeRefused):
@@ -88,8 +88,8 @@ def check_policy(policy) -> None:
 
 
 def run_identity(config: Mapping, may_change: Iterable[str] = (), defaults: Mapping | None = None) -> dict:
-    """``config`` flattened to ``{"a.b": value}``, without the keys (and subtrees) in ``may_change``
-    and without the flat keys whose value equals theirs in ``defaults`` (``identity_defaults``)."""
+    """`config` flattened to `{"a.b": value}`, without the keys (and subtrees) in `may_change`
+    and without the flat keys whose value equals theirs in `defaults` (`identity_defaults`)."""
     skip, defaults = set(may_change), dict(defaults or {})
     flat = {}
 
@@ -108,15 +108,16 @@ def run_identity(config: Mapping, may_change: Iterable[str] = (), defaults: Mapp
 
 
 def differences(saved: Mapping, current: Mapping, shown: int, order=None) -> str:
-    """``"key: old -> new, ..."`` for the first ``shown`` differing keys (sorted, by ``order`` when
-    given), ``" and N more"`` after them; ``""`` when the two identities are equal."""
+    """`"key: old -> new, ..."` for the first `shown` differing keys (sorted, by `order` when
+    given), `" and N more"` after them; `""` when the two identities are equal."""
     differing = sorted((key for key in set(saved) | set(current) if saved.get(key) != current.get(key)), key=order)
     details = ", ".join(f"{key}: {saved.get(key)!r} -> {current.get(key)!r}" for key in differing[:shown])
     return details + (f" and {len(differing) - shown} more" if len(differing) > shown else "")
 
 
 def check_same_run(saved: Mapping, current: Mapping, path: str | Path) -> None:
-    """:class:`DifferentRun` naming the differing keys (old -> new) unless the two identities are equal."""
+    """[`DifferentRun`][rambo.harness.resume.DifferentRun] naming the differing keys (old -> new) unless the two
+    identities are equal."""
     details = differences(saved, current, 6)
     if details:
         raise DifferentRun(
@@ -127,15 +128,15 @@ def check_same_run(saved: Mapping, current: Mapping, path: str | Path) -> None:
 
 
 def shown_keys(state: Mapping, shown: int = 4) -> str:
-    """The first ``shown`` keys of ``state``, ``" and N more"`` after them."""
+    """The first `shown` keys of `state`, `" and N more"` after them."""
     keys = [repr(key) for key in list(state)[:shown]]
     more = f" and {len(state) - shown} more" if len(state) > shown else ""
     return (", ".join(keys) + more) if keys else "no keys"
 
 
 def no_run_in(state: Mapping) -> str | None:
-    """Why ``state`` (a loaded dict) holds no run :func:`checkpoint_to_resume` can compare: its
-    ``identity`` or ``epoch`` missing (e.g. ``torch.save({"a": 1}, ...)``); ``None`` when it has both."""
+    """Why `state` (a loaded dict) holds no run [`checkpoint_to_resume`][rambo.harness.resume.checkpoint_to_resume] can
+    compare: its `identity` or `epoch` missing (e.g. `torch.save({"a": 1}, ...)`); `None` when it has both."""
     missing = [key for key in ("identity", "epoch") if key not in state]
     if not missing:
         return None
@@ -143,9 +144,9 @@ def no_run_in(state: Mapping) -> str | None:
 
 
 def _without(identity: Mapping, may_change: Iterable[str]) -> dict:
-    """A saved ``identity`` less the keys under ``may_change``, so that a key declared changeable
+    """A saved `identity` less the keys under `may_change`, so that a key declared changeable
     after the checkpoint was written does not count as a difference (the current identity,
-    from :func:`run_identity`, has none of them)."""
+    from [`run_identity`][rambo.harness.resume.run_identity], has none of them)."""
     prefixes = tuple(may_change)
     return {
         key: value
@@ -157,12 +158,12 @@ def _without(identity: Mapping, may_change: Iterable[str]) -> dict:
 def renamed(
     saved: Mapping, renames: Mapping | None, config: Mapping | None = None, defaults: Mapping | None = None
 ) -> dict:
-    """A checkpoint's ``saved`` identity with each old key of ``renames`` (``identity_renamed``:
+    """A checkpoint's `saved` identity with each old key of `renames` (`identity_renamed`:
     flat old key -> flat new key) under its new name. An old key whose new name the current run's
-    ``config`` (its resolved config, nested; ``None``: not checked) lacks is dropped (the setting
-    is none of this run's); one whose value equals the new key's entry in ``defaults``
-    (``identity_defaults``) is dropped, as :func:`run_identity` drops the new key at that value.
-    A checkpoint that has the new key already (written after the move) is left as it is."""
+    `config` (its resolved config, nested; `None`: not checked) lacks is dropped (the setting
+    is none of this run's); one whose value equals the new key's entry in `defaults`
+    (`identity_defaults`) is dropped, as [`run_identity`][rambo.harness.resume.run_identity] drops the new key at that
+    value. A checkpoint that has the new key already (written after the move) is left as it is."""
     saved, defaults = dict(saved), dict(defaults or {})
     for old, new in (renames or {}).items():
         if old not in saved or new in saved:
@@ -195,18 +196,18 @@ def checkpoint_to_resume(
     app: str = "this app",
     foreign: Callable[[Mapping], str | None] = no_run_in,
 ) -> dict | None:
-    """The checkpoint at ``path`` to continue under ``policy``, or ``None`` to start over.
+    """The checkpoint at `path` to continue under `policy`, or `None` to start over.
 
-    ``set_aside=False`` (the non-main processes of a distributed run, which call this after the
+    `set_aside=False` (the non-main processes of a distributed run, which call this after the
     main process has) leaves the renaming of a checkpoint of another run, or of a damaged one, to
-    the main process; ``may_change`` is the run's ``resume_may_change`` (see :func:`_without`);
-    ``renames``, ``config`` and ``defaults`` are the run's ``identity_renamed``, resolved config and
-    ``identity_defaults`` (see :func:`renamed`). A damaged checkpoint set aside under ``auto`` is
-    recorded in ``recovered`` (a list, appended to: see :func:`recover_damaged`). ``foreign(state)``
-    says why a loaded dict is no checkpoint of the app named ``app`` (``None`` when it is one;
-    :func:`no_run_in` by default); such a file, and one that holds no dict, stops ``true`` and
-    ``false`` (:class:`NotThisAppsCheckpoint`) and is set aside under ``auto``, as another run's
-    checkpoint is."""
+    the main process; `may_change` is the run's `resume_may_change` (see `_without`);
+    `renames`, `config` and `defaults` are the run's `identity_renamed`, resolved config and
+    `identity_defaults` (see [`renamed`][rambo.harness.resume.renamed]). A damaged checkpoint set aside under `auto` is
+    recorded in `recovered` (a list, appended to: see [`recover_damaged`][rambo.harness.resume.recover_damaged]).
+    `foreign(state)` says why a loaded dict is no checkpoint of the app named `app` (`None` when it is one;
+    [`no_run_in`][rambo.harness.resume.no_run_in] by default); such a file, and one that holds no dict, stops `true` and
+    `false` ([`NotThisAppsCheckpoint`][rambo.harness.resume.NotThisAppsCheckpoint]) and is set aside under `auto`, as
+    another run's checkpoint is."""
     check_policy(policy)
     path = Path(path)
     if not path.is_file():
@@ -249,8 +250,8 @@ def checkpoint_to_resume(
 
 
 def set_aside_other_run(path: Path, why: str) -> list[Path]:
-    """Set the checkpoint ``path`` of another run aside (:func:`set_aside`, ``.stale``), and that
-    run's checkpoint of the epoch before with it; log where each went. Returns the new paths."""
+    """Set the checkpoint `path` of another run aside ([`set_aside`][rambo.harness.checkpoint.set_aside], `.stale`), and
+    that run's checkpoint of the epoch before with it; log where each went. Returns the new paths."""
     moved = [set_aside(path, "stale")]
     previous = previous_path(path)
     if previous.is_file():
@@ -270,16 +271,16 @@ def _damaged_next_step(path: Path) -> str:
 
 
 def set_aside_damaged(path: Path) -> Path:
-    """Rename the damaged file ``path`` to ``<name>.damaged`` (``.damaged.1``, ... when taken: :func:`set_aside`):
-    kept, never deleted, never over another file."""
+    """Rename the damaged file `path` to `<name>.damaged` (`.damaged.1`, ... when taken:
+    [`set_aside`][rambo.harness.checkpoint.set_aside]): kept, never deleted, never over another file."""
     return set_aside(path, "damaged")
 
 
 def recover_damaged(path: Path, damaged: DamagedCheckpoint) -> tuple[dict, dict | None]:
-    """Set the damaged checkpoint ``path`` aside and put the checkpoint of the epoch before in its
+    """Set the damaged checkpoint `path` aside and put the checkpoint of the epoch before in its
     place (a hard link, or a copy: that one keeps its own name too), if there is one that loads.
-    Returns ``(record, state)``: ``record`` says what happened (file names, for the run's metrics),
-    ``state`` is the checkpoint to continue (``None``: start over)."""
+    Returns `(record, state)`: `record` says what happened (file names, for the run's metrics),
+    `state` is the checkpoint to continue (`None`: start over)."""
     aside = set_aside_damaged(path)
     log.warning("%s is a damaged checkpoint (%s): set it aside as %s", path, damaged.reason, aside)
     record = {"damaged_checkpoint": aside.name, "damage": damaged.reason, "resumed_from": None, "resumed_epoch": 0}
@@ -307,8 +308,8 @@ def recover_damaged(path: Path, damaged: DamagedCheckpoint) -> tuple[dict, dict 
 
 
 def _exists(path: Path, state: Mapping, saved: Mapping, identity: Mapping) -> RunExistsError:
-    """What to tell a user whose new run would overwrite the checkpoint at ``path`` (``saved``: its
-    identity as :func:`checkpoint_to_resume` compares it)."""
+    """What to tell a user whose new run would overwrite the checkpoint at `path` (`saved`: its
+    identity as [`checkpoint_to_resume`][rambo.harness.resume.checkpoint_to_resume] compares it)."""
     names_first = lambda key: (not key.endswith("name"), key)  # noqa: E731 (names say what the run is)
     details = differences(saved, identity, 4, names_first)
     if details:

@@ -2,45 +2,49 @@
 one checkpoint and one learning-curve record per epoch, W&B mirroring, and the metrics at the end.
 
 An app builds its objects (model, optimizer, scheduler, loss, ...), hands the ones with a
-``state_dict`` to :class:`TrainingRun`, and loops over :meth:`TrainingRun.epochs`::
+`state_dict` to [`TrainingRun`][rambo.harness.run.TrainingRun], and loops over
+[`TrainingRun.epochs`][rambo.harness.run.TrainingRun.epochs]:
 
-    run = TrainingRun(cfg, {"model": model, "optimizer": optimizer}, is_main=setup.is_main)
-    for epoch in run.epochs(cfg.epochs):
-        row = {"epoch": epoch, "loss": train_one_epoch(...)}
-        run.end_epoch(row)
-    run.finish({"experiment": ..., "AP50": ...})
+```python
+run = TrainingRun(cfg, {"model": model, "optimizer": optimizer}, is_main=setup.is_main)
+for epoch in run.epochs(cfg.epochs):
+    row = {"epoch": epoch, "loss": train_one_epoch(...)}
+    run.end_epoch(row)
+run.finish({"experiment": ..., "AP50": ...})
+```
 
-The config keys it reads: ``seed``, ``experiment_name``, ``output_dir``, ``metrics_path``,
-``headline_path`` (optional), ``curve_path``, ``checkpoint_path``, ``resume``, ``resume_may_change``,
-``identity_defaults`` and ``identity_renamed`` (optional; :mod:`.resume`), ``max_epochs_this_run``,
-``profile_name`` (optional) and ``wandb.{mode, project, job_type}``. Only the main process writes files and talks to W&B.
-Before anything is written, the main process claims the run's folders (output, checkpoint, metrics and
-curve folders: :mod:`.claim`; the folder Hydra made for the job is claimed already, before Hydra wrote
-there, and that claim is kept), so that two runs given one folder cannot overwrite each other; the
-claims are given back in :meth:`TrainingRun.finish` (and at exit). Holding them, it removes the
-temporary files a killed write left there (:func:`.atomic.remove_stale_temporaries`).
-A file at the checkpoint path that is no checkpoint of this app (:meth:`TrainingRun.foreign`: another
-app's, or no run's) is neither continued nor overwritten (:mod:`.resume`).
-Each epoch's checkpoint replaces the one before, which is kept as ``checkpoint.prev.pt``
-(:func:`.checkpoint.keep_as_previous`): under ``resume=auto`` a damaged checkpoint is set aside and the
-run continues from that one (:mod:`.resume`); the metrics then say so (``checkpoint_recovery``).
-The checkpoint of the last epoch is the finished run's: it keeps what evaluating the run and resuming
-it again need (weights, score memories, random states, curve, ``extra``, identity) and leaves out
-the state of the optimisers and learning-rate schedulers (:func:`training_only`: Adam's is twice
-the weights), marked ``"finished": True``; ``checkpoint.prev.pt`` is removed then (it serves the
-recovery of a run still training). Resuming a finished run trains nothing and writes its results again;
-a finished checkpoint cannot train further epochs (one error line says so).
-With several processes (torchrun, SLURM tasks) every process's own state is checkpointed too, in
-``"processes"`` (one entry per rank): the extra state of its modules (``get_extra_state``: the score
-memories and a loss's own generator, which are each process's own under ``global_batch=False``) and
-its random states; each process resumes with its own.
-W&B: one run per seed in the group ``<profile>/<experiment>`` (:func:`wandb_group`), its config the
-run's flat ``wandb_keys`` (task, dataset, loss_name, lambda, margin, tau, seed: what a dashboard
-filters on) beside ``profile`` and the whole config, its summary the headline numbers and metrics.
+The config keys it reads: `seed`, `experiment_name`, `output_dir`, `metrics_path`, `headline_path` (optional),
+`curve_path`, `checkpoint_path`, `resume`, `resume_may_change`, `identity_defaults` and `identity_renamed` (optional;
+[`resume`][rambo.harness.resume]), `max_epochs_this_run`, `profile_name` (optional) and
+`wandb.{mode, project, job_type}`. Only the main process writes files and talks to W&B.
+Before anything is written, the main process claims the run's folders (output, checkpoint, metrics and curve folders:
+[`claim`][rambo.harness.claim]; the folder Hydra made for the job is claimed already, before Hydra wrote there, and that
+claim is kept), so that two runs given one folder cannot overwrite each other; the claims are given back in
+[`TrainingRun.finish`][rambo.harness.run.TrainingRun.finish] (and at exit). Holding them, it removes the temporary files
+a killed write left there ([`atomic.remove_stale_temporaries`][rambo.harness.atomic.remove_stale_temporaries]).
+A file at the checkpoint path that is no checkpoint of this app
+([`TrainingRun.foreign`][rambo.harness.run.TrainingRun.foreign]: another app's, or no run's) is neither continued nor
+overwritten ([`resume`][rambo.harness.resume]).
+Each epoch's checkpoint replaces the one before, which is kept as `checkpoint.prev.pt`
+([`checkpoint.keep_as_previous`][rambo.harness.checkpoint.keep_as_previous]): under `resume=auto` a damaged checkpoint
+is set aside and the run continues from that one ([`resume`][rambo.harness.resume]); the metrics then say so
+(`checkpoint_recovery`).
+The checkpoint of the last epoch is the finished run's: it keeps what evaluating the run and resuming it again need
+(weights, score memories, random states, curve, `extra`, identity) and leaves out the state of the optimisers and
+learning-rate schedulers ([`training_only`][rambo.harness.run.training_only]: Adam's is twice the weights), marked
+`"finished": True`; `checkpoint.prev.pt` is removed then (it serves the recovery of a run still training). Resuming a
+finished run trains nothing and writes its results again; a finished checkpoint cannot train further epochs (one error
+line says so).
+With several processes (torchrun, SLURM tasks) every process's own state is checkpointed too, in `"processes"` (one
+entry per rank): the extra state of its modules (`get_extra_state`: the score memories and a loss's own generator, which
+are each process's own under `global_batch=False`) and its random states; each process resumes with its own.
+W&B: one run per seed in the group `<profile>/<experiment>` ([`wandb_group`][rambo.harness.run.wandb_group]), its config
+the run's flat `wandb_keys` (task, dataset, loss_name, lambda, margin, tau, seed: what a dashboard filters on) beside
+`profile` and the whole config, its summary the headline numbers and metrics.
 A resumed run continues its W&B run: the id is kept in a file beside the checkpoint
-(:func:`wandb_id_path`), not in it, because W&B draws a random id per run and a checkpoint must
-be the same bytes whenever the same run is made again (DVC hashes it).
-The metrics and the W&B config carry the run's provenance (:mod:`.provenance`: code, libraries,
+([`wandb_id_path`][rambo.harness.run.wandb_id_path]), not in it, because W&B draws a random id per run and a checkpoint
+must be the same bytes whenever the same run is made again (DVC hashes it).
+The metrics and the W&B config carry the run's provenance ([`provenance`][rambo.harness.provenance]: code, libraries,
 machine, threads, profile).
 """
 
@@ -74,9 +78,9 @@ log = logging.getLogger(__name__)
 
 
 def homogeneous(records: list[dict]) -> list[dict]:
-    """Every record with every key (``None`` where a record lacks one), keys in order of first
+    """Every record with every key (`None` where a record lacks one), keys in order of first
     appearance: DVC's plots fail on a list whose records differ in keys (retrieval evaluates only
-    every ``eval_every`` epochs), and render it fine this way."""
+    every `eval_every` epochs), and render it fine this way."""
     keys = list(dict.fromkeys(key for record in records for key in record))
     return [{key: record.get(key) for key in keys} for record in records]
 
@@ -87,15 +91,15 @@ RUN_FILE_KEYS = ("output_dir", "metrics_path", "headline_path", "curve_path", "c
 
 
 def wandb_id_path(checkpoint_path: str | Path) -> Path:
-    """Where a run keeps its W&B run id: ``<checkpoint>.wandb-id`` beside the checkpoint (git and DVC
-    ignore it: ``.gitignore``, ``.dvcignore``)."""
+    """Where a run keeps its W&B run id: `<checkpoint>.wandb-id` beside the checkpoint (git and DVC
+    ignore it: `.gitignore`, `.dvcignore`)."""
     checkpoint_path = Path(checkpoint_path)
     return checkpoint_path.with_name(checkpoint_path.name + ".wandb-id")
 
 
 def saved_wandb_id(checkpoint_path: str | Path, state: Mapping) -> str | None:
-    """The W&B run id to continue when resuming ``state`` from ``checkpoint_path``: the side file's,
-    else the one a checkpoint written before the side file existed holds, else ``None`` (a new W&B run)."""
+    """The W&B run id to continue when resuming `state` from `checkpoint_path`: the side file's,
+    else the one a checkpoint written before the side file existed holds, else `None` (a new W&B run)."""
     try:
         return wandb_id_path(checkpoint_path).read_text().strip() or None
     except FileNotFoundError:
@@ -103,27 +107,27 @@ def saved_wandb_id(checkpoint_path: str | Path, state: Mapping) -> str | None:
 
 
 def placeless(config: Mapping) -> dict:
-    """``config`` without :data:`RUN_FILE_KEYS`: what a checkpoint keeps of its run's config, so
+    """`config` without `RUN_FILE_KEYS`: what a checkpoint keeps of its run's config, so
     that the same run made in another folder or clone writes a byte-identical checkpoint."""
     return {key: value for key, value in config.items() if key not in RUN_FILE_KEYS}
 
 
 def training_only(target) -> bool:
-    """Whether ``target``'s state serves further training only (an optimiser, a learning-rate
+    """Whether `target`'s state serves further training only (an optimiser, a learning-rate
     scheduler): a finished run's checkpoint leaves it out."""
     return isinstance(target, (torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler))
 
 
-#: What every checkpoint :class:`TrainingRun` writes holds (``processes`` too, with several processes).
+#: What every checkpoint `TrainingRun` writes holds (`processes` too, with several processes).
 CHECKPOINT_KEYS = ("state", "epoch", "curve", "extra", "rng", "identity")
 
-#: The suffix of a module's extra state in its ``state_dict`` (``torch.nn.Module.get_extra_state``).
+#: The suffix of a module's extra state in its `state_dict` (`torch.nn.Module.get_extra_state`).
 EXTRA_STATE = "_extra_state"
 
 
 def own_state(stateful: Mapping) -> dict:
-    """This process's own state: the extra state of every module in ``stateful`` (score memories, a
-    loss's generator: ``{name: {key: state}}``) and its random states, on the CPU."""
+    """This process's own state: the extra state of every module in `stateful` (score memories, a
+    loss's generator: `{name: {key: state}}`) and its random states, on the CPU."""
     modules = {}
     for name, target in stateful.items():
         if isinstance(target, torch.nn.Module):
@@ -144,7 +148,7 @@ def _on_cpu(value):
 
 
 def wandb_group(profile: str | None, experiment: str) -> str:
-    """The W&B group of a run: ``<profile>/<experiment>``, so mini and paper runs of one experiment
+    """The W&B group of a run: `<profile>/<experiment>`, so mini and paper runs of one experiment
     never share a group (one group per table row and profile)."""
     return f"{profile}/{experiment}" if profile else experiment
 
@@ -152,17 +156,17 @@ def wandb_group(profile: str | None, experiment: str) -> str:
 class TrainingRun:
     """Resume, per-epoch checkpoint + curve + W&B, final metrics (see the module docstring).
 
-    ``stateful`` maps names to objects with ``state_dict`` / ``load_state_dict``; ``extra`` is
+    `stateful` maps names to objects with `state_dict` / `load_state_dict`; `extra` is
     app data carried across a resume (e.g. the list of evaluations), restored into
-    :attr:`extra` and saved from it (nothing machine-dependent such as timings: it is checkpointed). ``summary_keys``: the keys of a curve record shown in the
-    per-epoch log line (all of them when ``None``). ``untracked_keys``: keys of a record that
+    `extra` and saved from it (nothing machine-dependent such as timings: it is checkpointed). `summary_keys`: the keys
+    of a curve record shown in the per-epoch log line (all of them when `None`). `untracked_keys`: keys of a record that
     depend on the machine (timings): logged and sent to W&B, kept out of the curve file and out of
     the checkpoint, which DVC tracks and which must not change when an unchanged run is made again
-    (so a resumed run's earlier records lack them). ``identity_extra``:
+    (so a resumed run's earlier records lack them). `identity_extra`:
     facts outside the config that make a run another run (e.g. the MD5 of the weights it starts
-    from), added to the identity a resumed checkpoint must match. ``device``: where the run
-    computes, for its provenance (build it after the thread count is set). ``app``: the command
-    that trains (``rambo.retrieval.train``), as a refused checkpoint's message names it.
+    from), added to the identity a resumed checkpoint must match. `device`: where the run
+    computes, for its provenance (build it after the thread count is set). `app`: the command
+    that trains (`rambo.retrieval.train`), as a refused checkpoint's message names it.
     """
 
     def __init__(
@@ -254,9 +258,9 @@ class TrainingRun:
                 write_text(wandb_id_path(self.checkpoint_path), f"{self.wandb.id}\n")
 
     def foreign(self, state: Mapping) -> str | None:
-        """Why ``state``, loaded from the checkpoint path, is no checkpoint of this app (``None``: it
-        is one): it lacks what every checkpoint of :class:`TrainingRun` holds (:data:`CHECKPOINT_KEYS`),
-        or the state it holds is of other objects than this app's (another app's checkpoint)."""
+        """Why `state`, loaded from the checkpoint path, is no checkpoint of this app (`None`: it
+        is one): it lacks what every checkpoint of [`TrainingRun`][rambo.harness.run.TrainingRun] holds
+        (`CHECKPOINT_KEYS`), or the state it holds is of other objects than this app's (another app's checkpoint)."""
         missing = [key for key in CHECKPOINT_KEYS if key not in state]
         if missing:
             return f"it holds a dict of {shown_keys(state)}, without the {', '.join(missing)} of a run"
@@ -274,7 +278,7 @@ class TrainingRun:
 
     def epochs(self, total: int) -> Iterator[int]:
         """The epochs (1-based) this invocation trains: from the one after the checkpoint's up to
-        ``total``, at most ``max_epochs_this_run`` of them (job time limits)."""
+        `total`, at most `max_epochs_this_run` of them (job time limits)."""
         if self.finished and total > self.epoch:
             self.release()
             raise ResumeRefused(
@@ -299,8 +303,8 @@ class TrainingRun:
         )
 
     def end_epoch(self, row: dict, total: int) -> None:
-        """Record ``row`` (with its ``"epoch"``), checkpoint, write the curve, log, mirror to W&B.
-        A non-finite ``row["loss"]`` saves nothing and raises :meth:`diverged`."""
+        """Record `row` (with its `"epoch"`), checkpoint, write the curve, log, mirror to W&B.
+        A non-finite `row["loss"]` saves nothing and raises [`diverged`][rambo.harness.run.TrainingRun.diverged]."""
         loss = row.get("loss")
         if isinstance(loss, (int, float)) and not math.isfinite(loss):
             raise self.diverged(ValueError(f"epoch {row['epoch']}: mean loss {loss}"))
@@ -342,7 +346,7 @@ class TrainingRun:
         barrier()
 
     def _saved_own_state(self, state: Mapping) -> dict:
-        """This process's own state in ``state`` (:func:`own_state`): its entry of ``"processes"``
+        """This process's own state in `state` ([`own_state`][rambo.harness.run.own_state]): its entry of `"processes"`
         when the checkpoint was written by as many processes as this run has, else the main process's
         (a checkpoint of one process; or of another number of processes: said in the log)."""
         processes = state.get("processes")
@@ -367,10 +371,10 @@ class TrainingRun:
         write_json(self.cfg.curve_path, homogeneous(self._tracked_curve()))
 
     def finish(self, metrics: dict, headline: Mapping | None = None, log_extra: Mapping | None = None) -> dict:
-        """Write the curve (also when a resumed run had no epoch left), ``metrics`` (with the run's
-        ``provenance`` added: the machine of this invocation, which finished the run) and, at
-        ``headline_path``, the ``headline`` numbers (what ``dvc metrics show`` lists: a few
-        machine-independent numbers per run); close W&B; log the headline and ``log_extra``
+        """Write the curve (also when a resumed run had no epoch left), `metrics` (with the run's
+        `provenance` added: the machine of this invocation, which finished the run) and, at
+        `headline_path`, the `headline` numbers (what `dvc metrics show` lists: a few
+        machine-independent numbers per run); close W&B; log the headline and `log_extra`
         (e.g. throughput, which belongs in the log, not in tracked files)."""
         metrics = {**metrics, "provenance": self.provenance}
         if self.recovery:
@@ -403,7 +407,8 @@ class TrainingRun:
         return metrics
 
     def release(self) -> None:
-        """Give back the claims of the run's folders (:meth:`finish` does; also done at exit)."""
+        """Give back the claims of the run's folders ([`finish`][rambo.harness.run.TrainingRun.finish] does; also done
+        at exit)."""
         for claim in self.claims:
             claim.release()
         self.claims = []

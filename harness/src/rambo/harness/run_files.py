@@ -1,23 +1,24 @@
 """Read the files a command takes from earlier stages, and say in one line what is wrong with a bad one.
 
-The tables and figures read what runs and other stages wrote: a run's ``metrics.json`` and
-``curve.json``, a figure's numbers, a params file, a benchmark, a score dump, a checkpoint. Each
-reader goes through :func:`read_json`, :func:`read_yaml`, :func:`read_npz` or :func:`read_torch`,
-giving ``fix``: what to do about that file (rerun the stage that writes it). A file that is
-missing, cannot be read, is not valid JSON (a copy cut short, a writer killed mid-write), YAML,
-``.npz`` or torch data, or lacks a value of the kind its reader needs (the ``schema``) is a
-:class:`RunFileError`, ``<file>: <what is wrong>; <fix>``, and so is what a reader finds wrong in
-the values themselves (:func:`bad_file`). A command's ``__main__`` runs under
-:func:`one_line_errors`, which turns it into one ``error:`` line on stderr and exit code 2.
+The tables and figures read what runs and other stages wrote: a run's `metrics.json` and
+`curve.json`, a figure's numbers, a params file, a benchmark, a score dump, a checkpoint. Each
+reader goes through [`read_json`][rambo.harness.run_files.read_json], [`read_yaml`][rambo.harness.run_files.read_yaml],
+[`read_npz`][rambo.harness.run_files.read_npz] or [`read_torch`][rambo.harness.run_files.read_torch], giving `fix`: what
+to do about that file (rerun the stage that writes it). A file that is missing, cannot be read, is not valid JSON (a
+copy cut short, a writer killed mid-write), YAML, `.npz` or torch data, or lacks a value of the kind its reader needs
+(the `schema`) is a [`RunFileError`][rambo.harness.run_files.RunFileError], `<file>: <what is wrong>; <fix>`, and so is
+what a reader finds wrong in the values themselves ([`bad_file`][rambo.harness.run_files.bad_file]). A command's
+`__main__` runs under [`one_line_errors`][rambo.harness.run_files.one_line_errors], which turns it into one `error:`
+line on stderr and exit code 2.
 
 A schema says what a reader needs of the data:
 
-* ``float`` a number (an integer too, never ``true``/``false``), ``int`` an integer, ``str``,
-  ``bool``, ``dict`` (any object), ``list`` (any list), ``None`` (``null``), ``object`` (anything);
-* a tuple: any one of its schemas, e.g. ``(float, None)``;
-* a dict ``{key: schema}``: an object holding each key (``"key?"``: when present), the key ``"*"``
+* `float` a number (an integer too, never `true`/`false`), `int` an integer, `str`,
+  `bool`, `dict` (any object), `list` (any list), `None` (`null`), `object` (anything);
+* a tuple: any one of its schemas, e.g. `(float, None)`;
+* a dict `{key: schema}`: an object holding each key (`"key?"`: when present), the key `"*"`
   for every other key;
-* a list ``[schema]`` or :class:`ListOf`: a list whose every item fits ``schema``.
+* a list `[schema]` or [`ListOf`][rambo.harness.run_files.ListOf]: a list whose every item fits `schema`.
 """
 
 from __future__ import annotations
@@ -46,21 +47,21 @@ class MissingRunFileError(RunFileError, FileNotFoundError):
 
 @dataclass(frozen=True)
 class ListOf:
-    """A list of at least ``least`` items, each fitting ``item``."""
+    """A list of at least `least` items, each fitting `item`."""
 
     item: Any
     least: int = 0
 
 
 def bad_file(path: str | os.PathLike, problem: str, fix: str) -> RunFileError:
-    """The error of file ``path``: ``<path>: <problem>; <fix>``."""
+    """The error of file `path`: `<path>: <problem>; <fix>`."""
     return RunFileError(f"{path}: {problem}; {fix}")
 
 
 @contextlib.contextmanager
 def one_line_errors():
-    """A command's ``main`` under this ends a :class:`RunFileError` as one ``error:`` line on stderr
-    and exit code 2 (:func:`rambo.harness.config_check.stop`)."""
+    """A command's `main` under this ends a [`RunFileError`][rambo.harness.run_files.RunFileError] as one `error:` line
+    on stderr and exit code 2 ([`rambo.harness.config_check.stop`][rambo.harness.config_check.stop])."""
     try:
         yield
     except RunFileError as error:
@@ -68,7 +69,7 @@ def one_line_errors():
 
 
 def _present(path: Path, fix: str) -> None:
-    """Raise the error of ``path`` when it is not there, not a file, or empty."""
+    """Raise the error of `path` when it is not there, not a file, or empty."""
     if not path.exists():
         raise MissingRunFileError(f"{path}: not found; {fix}")
     if not path.is_file():
@@ -108,9 +109,9 @@ def _json_problem(text: str, size: int, error: json.JSONDecodeError) -> str:
 
 
 def read_json(path: str | os.PathLike, fix: str, schema: Any = object) -> Any:
-    """The JSON in ``path``, checked against ``schema`` (module docstring); a :class:`RunFileError`
-    naming the file, what is wrong and ``fix`` when it is missing, unreadable, not valid JSON or
-    does not fit the schema."""
+    """The JSON in `path`, checked against `schema` (module docstring); a
+    [`RunFileError`][rambo.harness.run_files.RunFileError] naming the file, what is wrong and `fix` when it is missing,
+    unreadable, not valid JSON or does not fit the schema."""
     path = Path(path)
     text = _text(path, fix)
     try:
@@ -122,7 +123,8 @@ def read_json(path: str | os.PathLike, fix: str, schema: Any = object) -> Any:
 
 
 def read_yaml(path: str | os.PathLike, fix: str, schema: Any = object) -> Any:
-    """The YAML in ``path`` (``yaml.safe_load``), checked as :func:`read_json` checks JSON."""
+    """The YAML in `path` (`yaml.safe_load`), checked as [`read_json`][rambo.harness.run_files.read_json] checks
+    JSON."""
     import yaml
 
     path = Path(path)
@@ -141,9 +143,9 @@ def read_yaml(path: str | os.PathLike, fix: str, schema: Any = object) -> Any:
 
 
 def read_npz(path: str | os.PathLike, fix: str, arrays: tuple[str, ...]) -> dict:
-    """``{name: array}`` of the arrays ``arrays`` in the ``.npz`` archive ``path`` (``numpy.savez``;
-    no pickled objects); a :class:`RunFileError` when it is missing, not such an archive, damaged
-    or lacks one of them."""
+    """`{name: array}` of the arrays `arrays` in the `.npz` archive `path` (`numpy.savez`;
+    no pickled objects); a [`RunFileError`][rambo.harness.run_files.RunFileError] when it is missing, not such an
+    archive, damaged or lacks one of them."""
     import numpy as np
 
     path = Path(path)
@@ -167,9 +169,9 @@ def read_npz(path: str | os.PathLike, fix: str, arrays: tuple[str, ...]) -> dict
 
 
 def read_torch(path: str | os.PathLike, fix: str, schema: Any = object) -> Any:
-    """What ``torch.save`` wrote to ``path`` (``weights_only``: tensors and plain containers),
-    checked against ``schema``; a :class:`RunFileError` when it is missing, damaged, not torch data
-    or does not fit."""
+    """What `torch.save` wrote to `path` (`weights_only`: tensors and plain containers),
+    checked against `schema`; a [`RunFileError`][rambo.harness.run_files.RunFileError] when it is missing, damaged, not
+    torch data or does not fit."""
     import torch
 
     path = Path(path)
@@ -183,7 +185,7 @@ def read_torch(path: str | os.PathLike, fix: str, schema: Any = object) -> Any:
 
 
 def _first_line(error: BaseException) -> str:
-    """``<type>: <first sentence of the message>``: libraries' messages run to paragraphs."""
+    """`<type>: <first sentence of the message>`: libraries' messages run to paragraphs."""
     text = str(error).strip()
     if not text:
         return type(error).__name__
@@ -191,8 +193,8 @@ def _first_line(error: BaseException) -> str:
 
 
 def check(data: Any, schema: Any, path: str | os.PathLike, fix: str, where: str = "") -> None:
-    """Raise the :class:`RunFileError` of file ``path`` where ``data`` (read from it, at ``where``:
-    ``""`` the whole file) does not fit ``schema`` (module docstring)."""
+    """Raise the [`RunFileError`][rambo.harness.run_files.RunFileError] of file `path` where `data` (read from it, at
+    `where`: `""` the whole file) does not fit `schema` (module docstring)."""
     problem = _problem(data, schema, where)
     if problem is not None:
         raise bad_file(path, problem, fix)
@@ -257,7 +259,7 @@ def _wrong(value: Any, schema: Any, where: str) -> str:
 
 
 def _problem(value: Any, schema: Any, where: str) -> str | None:
-    """What is wrong with ``value`` at ``where`` for ``schema``; ``None`` when it fits."""
+    """What is wrong with `value` at `where` for `schema`; `None` when it fits."""
     if isinstance(schema, tuple):
         fitting = [option for option in schema if _fits_type(value, option)]
         if not fitting:

@@ -2,8 +2,8 @@
 detection's download tests share them): a folder's listing, a file's MD5, a network that is
 down and a small disk; and for the tests of what a refused run leaves: every file of a tree with
 its MD5, and a folder claimed by another live process. Imported by tests only (it imports pytest);
-a test module takes the ``no_network`` and ``small_disk`` fixtures by importing them
-(``from rambo.harness.testing import no_network``)."""
+a test module takes the `no_network` and `small_disk` fixtures by importing them
+(`from rambo.harness.testing import no_network`)."""
 
 from __future__ import annotations
 
@@ -20,18 +20,18 @@ import pytest
 
 
 def listing(folder: str | Path) -> list[str]:
-    """Every file and folder under ``folder``, as sorted POSIX paths relative to it."""
+    """Every file and folder under `folder`, as sorted POSIX paths relative to it."""
     folder = Path(folder)
     return sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*"))
 
 
 def md5(data: bytes | str | Path) -> str:
-    """The MD5 hex digest of ``data`` (bytes), or of the file at ``data`` (a path)."""
+    """The MD5 hex digest of `data` (bytes), or of the file at `data` (a path)."""
     return hashlib.md5(data if isinstance(data, bytes) else Path(data).read_bytes()).hexdigest()
 
 
 def tree_digest(folder: str | Path) -> dict[str, str]:
-    """Every file under ``folder`` (hidden ones too) as its POSIX path relative to ``folder`` and its
+    """Every file under `folder` (hidden ones too) as its POSIX path relative to `folder` and its
     MD5: equal before and after a command when the command changed no byte of any file there, and
     added or removed none."""
     folder = Path(folder)
@@ -53,8 +53,8 @@ claim.release()
 
 @contextlib.contextmanager
 def held_by_another_process(folder: str | Path, run: str):
-    """``folder`` claimed (:mod:`rambo.harness.claim`) by another live process, as by a run named
-    ``run`` that trains there, while the block runs; the value is the claim's record (host, pid,
+    """`folder` claimed ([`rambo.harness.claim`][rambo.harness.claim]) by another live process, as by a run named
+    `run` that trains there, while the block runs; the value is the claim's record (host, pid,
     since, ...). The claim is given back when the block ends."""
     process = subprocess.Popen(
         [sys.executable, "-c", _HOLDER, str(folder), run], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -69,7 +69,7 @@ def held_by_another_process(folder: str | Path, run: str):
 
 @pytest.fixture
 def no_network(monkeypatch) -> list[str]:
-    """Every URL fails as it does offline (``urllib.request.urlopen`` raises ``URLError``); the
+    """Every URL fails as it does offline (`urllib.request.urlopen` raises `URLError`); the
     list of URLs tried is the fixture's value."""
     calls = []
 
