@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from omegaconf import DictConfig, OmegaConf
 
-from rambo.retrieval.samplers import MPerClassBatchSampler, SuperLabelBatchSampler
+from rambo.retrieval.samplers import MPerClassBatchSampler, SuperLabelBatchSampler, build_batch_sampler
 
 
 def make_labels(num_classes: int = 30, seed: int = 0, low: int = 2, high: int = 12):
@@ -235,3 +237,29 @@ def test_fixed_pair_order_visits_the_pairs_as_itertools_combinations_every_epoch
     assert [tuple(sorted({int(super_labels[i]) for i in b})) for b in shuffled][::3] != expected
     with pytest.raises(ValueError, match="pair_order must be"):
         SuperLabelBatchSampler(labels, super_labels, 16, 4, 3, pair_order="random")
+
+
+def sampler_config(name: str, **sampler) -> DictConfig:
+    return OmegaConf.create(
+        {
+            "batch_size": 8,
+            "seed": 3,
+            "steps_per_epoch": None,
+            "data": {"sampler": {"name": name, "samples_per_class": 2, "batches_per_super_pair": 2, **sampler}},
+        }
+    )
+
+
+def test_build_batch_sampler_follows_the_config():
+    labels = torch.arange(12).repeat_interleave(3)
+    supers = torch.arange(12).div(4, rounding_mode="floor").repeat_interleave(3)
+    with_supers = SimpleNamespace(labels=labels, super_labels=supers)
+    without = SimpleNamespace(labels=labels, super_labels=None)
+    sampler = build_batch_sampler(sampler_config("super_label", split="halves"), with_supers)
+    assert isinstance(sampler, SuperLabelBatchSampler) and sampler.split == "halves" and sampler.seed == 3
+    assert isinstance(build_batch_sampler(sampler_config("super_label"), without), MPerClassBatchSampler)
+    assert isinstance(build_batch_sampler(sampler_config("m_per_class"), with_supers), MPerClassBatchSampler)
+    with pytest.raises(ValueError, match="data.sampler.name must be"):
+        build_batch_sampler(sampler_config("random"), without)
+    with pytest.raises(ValueError, match="largest that fits is batch_size=24"):
+        build_batch_sampler(OmegaConf.merge(sampler_config("m_per_class"), {"batch_size": 26}), without)

@@ -32,6 +32,7 @@ from rambo.harness.config_check import (
 from .datasets.census import Census, census, counted
 from .datasets.synthetic import SyntheticParameters, _matches
 from .own_data import is_stand_in, layout_problem
+from .samplers import build_batch_sampler
 
 BOUNDS = (
     Bound("epochs", 0, integer=True, meaning="training epochs; 0 evaluates the untrained model"),
@@ -220,7 +221,6 @@ def super_label_shortage(cfg: DictConfig, found: Census) -> str | None:
 def training_problems(cfg: DictConfig, found: Census) -> list[Problem]:
     """The training split's classes against the run: the validation hold-out (2 classes or more, one
     of them of 2 images or more), the classes left to train on, and the batch sampler."""
-    from .train import build_batch_sampler
     from .validation_split import split_validation_classes
 
     fraction, train = cfg.validation_fraction, found.train

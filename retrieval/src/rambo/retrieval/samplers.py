@@ -7,6 +7,9 @@ so a sampler is deterministic for a seed and differs between epochs once `set_ep
 called (as with `DistributedSampler`; iterating again without it repeats the epoch, which is
 what a resumed run needs).
 
+[`build_batch_sampler`][rambo.retrieval.samplers.build_batch_sampler] makes the sampler a run's config
+asks for; the training app and the config check both use it.
+
 Classes are visited in random permutations, and each class's images in its own random
 permutation, so within an epoch classes and images recur as evenly as the batch shape allows.
 A class with fewer than `samples_per_class` images contributes all of them, topped up by
@@ -18,9 +21,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 def _as_labels(values, name: str) -> np.ndarray:
@@ -288,3 +295,43 @@ class SuperLabelBatchSampler(_EpochBatchSampler):
             supers = key if isinstance(key, tuple) else (key,)
             walks[key] = _PermutationWalk(np.concatenate([self.classes_of_super[s] for s in supers]), rng)
         return walks[key]
+
+
+def build_batch_sampler(cfg: DictConfig, train_set) -> torch.utils.data.Sampler:
+    """The global batch sampler of App. A (super-label pairs, or m per class without super-labels).
+
+    Args:
+        cfg: the run's config: `data.sampler`, `batch_size`, `seed` and `steps_per_epoch`.
+        train_set: the training split, with its `labels` and `super_labels` (None without).
+
+    Returns:
+        A [`SuperLabelBatchSampler`][rambo.retrieval.samplers.SuperLabelBatchSampler] when
+        `data.sampler.name` is `super_label` and the split has super-labels, else an
+        [`MPerClassBatchSampler`][rambo.retrieval.samplers.MPerClassBatchSampler].
+
+    Raises:
+        ValueError: an unknown `data.sampler.name`, or a batch the training classes cannot fill
+            (the message names the largest batch size that fits).
+    """
+    sampler = cfg.data.sampler
+    if sampler.name == "super_label" and train_set.super_labels is not None:
+        return SuperLabelBatchSampler(
+            train_set.labels,
+            train_set.super_labels,
+            cfg.batch_size,
+            sampler.samples_per_class,
+            sampler.batches_per_super_pair,
+            seed=cfg.seed,
+            batches_per_epoch=cfg.steps_per_epoch or sampler.get("epoch_length"),
+            split=sampler.get("split", "union"),
+            pair_order=sampler.get("pair_order", "shuffled"),
+        )
+    if sampler.name not in ("super_label", "m_per_class"):
+        raise ValueError(f"data.sampler.name must be 'super_label' or 'm_per_class', got {sampler.name!r}")
+    return MPerClassBatchSampler(
+        train_set.labels,
+        cfg.batch_size,
+        sampler.samples_per_class,
+        seed=cfg.seed,
+        batches_per_epoch=cfg.steps_per_epoch,
+    )

@@ -1,23 +1,28 @@
 """Training of retrieval embeddings with rank losses (paper Sec. 5.1, App. A): a thin Hydra app that
-wires the configuration (``configs/``) to objects; the loop's steps are in :mod:`.engine`, the run's
-life (resume, checkpoints, curve, W&B, metrics) in :mod:`rambo.harness.run`.
+wires the configuration (`configs/`) to objects; the loop's steps are in
+[`rambo.retrieval.engine`][rambo.retrieval.engine], the run's life (resume, checkpoints, curve, W&B,
+metrics) in [`rambo.harness.run`][rambo.harness.run].
 
-    python -m rambo.retrieval.train                                   # mini profile, synthetic set
-    python -m rambo.retrieval.train experiment=sop_log profile=paper  # a paper row
-    python -m rambo.retrieval.train experiment=synthetic_contrastive seed=1
-    python -m rambo.retrieval.train data=sop data.root=DIR            # your folder, mini scale (.own_data)
-    python -m rambo.retrieval.train ... resume=true                   # continue a killed run
-    python -m rambo.retrieval.train ... precision=bfloat16 channels_last=true  # bf16 autocast, NHWC (rambo.harness.precision)
-    torchrun --nproc_per_node=4 -m rambo.retrieval.train ...          # DDP, ranks over the global batch
+```bash
+python -m rambo.retrieval.train                                   # mini profile, synthetic set
+python -m rambo.retrieval.train experiment=sop_log profile=paper  # a paper row
+python -m rambo.retrieval.train experiment=synthetic_contrastive seed=1
+python -m rambo.retrieval.train data=sop data.root=DIR            # your folder, mini scale (.own_data)
+python -m rambo.retrieval.train ... resume=true                   # continue a killed run
+python -m rambo.retrieval.train ... precision=bfloat16 channels_last=true  # bf16 autocast, NHWC (rambo.harness.precision)
+torchrun --nproc_per_node=4 -m rambo.retrieval.train ...          # DDP, ranks over the global batch
+```
 
-Every ``eval_every`` epochs (and at the end) the model is evaluated on the test split and on a
-class-disjoint validation split of the training classes (both protocols: :mod:`.engine`).
-Outputs (paths from the config): ``metrics_path``, ``curve_path``, ``checkpoint_path`` (every
-epoch) and ``best_validation.pt`` beside it.
+Every `eval_every` epochs (and at the end) the model is evaluated on the test split and on a
+class-disjoint validation split of the training classes (both protocols:
+[`rambo.retrieval.engine`][rambo.retrieval.engine]). Outputs (paths from the config): `metrics_path`,
+`curve_path`, `checkpoint_path` (every epoch) and `best_validation.pt` beside it.
 
-Images are read from disk and augmented one at a time (:mod:`.transforms`), or, with
-``data.in_memory`` (the mini and tiny profiles' small same-size synthetic images), decoded once
-into memory and augmented a batch at a time (:mod:`.in_memory_dataset`, :mod:`.batch_transforms`).
+Images are read from disk and augmented one at a time
+([`rambo.retrieval.transforms`][rambo.retrieval.transforms]), or, with `data.in_memory` (the mini and
+tiny profiles' small same-size synthetic images), decoded once into memory and augmented a batch at a
+time ([`rambo.retrieval.in_memory_dataset`][rambo.retrieval.in_memory_dataset],
+[`rambo.retrieval.batch_transforms`][rambo.retrieval.batch_transforms]).
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ from .in_memory_dataset import InMemoryImageDataset
 from .model import build_model
 from .own_data import use_own_data
 from .sample_seeds import SeededBatches, SeededSamples
-from .samplers import MPerClassBatchSampler, SuperLabelBatchSampler
+from .samplers import build_batch_sampler
 from .transforms import eval_transform_of, train_transform
 from .validation_split import split_validation_classes
 
@@ -73,12 +78,25 @@ log = logging.getLogger(__name__)
 
 
 def build_splits(cfg: DictConfig, skipped: dict | None = None) -> dict:
-    """``{"train", "validation", "test" | ("query", "gallery")}`` datasets with their transforms.
+    """The run's datasets with their transforms.
 
-    With ``data.in_memory`` every split is an :class:`InMemoryImageDataset`: the training images
-    as ``uint8`` tensors (augmented by :func:`train_collate`), the others already through the
-    evaluation transform. With ``data.skip_unreadable`` every image is read once first and those
-    that cannot be read are left out, logged, and counted per split in ``skipped``."""
+    With `data.in_memory` every split is an
+    [`InMemoryImageDataset`][rambo.retrieval.in_memory_dataset.InMemoryImageDataset]: the training
+    images as `uint8` tensors (augmented by [`train_collate`][rambo.retrieval.train.train_collate]),
+    the others already through the evaluation transform.
+
+    Args:
+        cfg: the run's config.
+        skipped: with `data.skip_unreadable`, every image is read once first and those that cannot
+            be read are left out, logged, and counted per split here.
+
+    Returns:
+        `{"train", "validation", "test"}` (In-shop: `"query"` and `"gallery"` in place of `"test"`)
+        -> dataset; `"validation"` is None with `validation_fraction=0`.
+
+    Raises:
+        InputError: `data.in_memory` with a training augmentation other than `random_resized_crop`.
+    """
     data = cfg.data
     if data.get("generate") is not None:
         generate_synthetic(data.root, **data.generate, show_progress=False)
@@ -105,8 +123,8 @@ def build_splits(cfg: DictConfig, skipped: dict | None = None) -> dict:
 
 
 def skip_unreadable(cfg: DictConfig, split: str, dataset, skipped: dict | None):
-    """``dataset`` less its unreadable images when ``data.skip_unreadable`` is set (each logged,
-    their number put in ``skipped[split]``); else ``dataset`` as it is."""
+    """`dataset` less its unreadable images when `data.skip_unreadable` is set (each logged, their
+    number put in `skipped[split]`); else `dataset` as it is."""
     if not cfg.data.get("skip_unreadable", False):
         return dataset
     bad = dataset.unreadable()
@@ -118,8 +136,8 @@ def skip_unreadable(cfg: DictConfig, split: str, dataset, skipped: dict | None):
 
 
 def train_collate(cfg: DictConfig):
-    """The training loader's ``collate_fn``: the batched augmentation with ``data.in_memory``,
-    else ``None`` (torch's default; the dataset augments each image)."""
+    """The training loader's `collate_fn`: the batched augmentation with `data.in_memory`, else
+    `None` (torch's default; the dataset augments each image)."""
     return (
         BatchTrainAugmentation(cfg.image_size, cfg.augmentation.min_scale).collate
         if cfg.data.get("in_memory", False)
@@ -127,30 +145,37 @@ def train_collate(cfg: DictConfig):
     )
 
 
-def build_batch_sampler(cfg: DictConfig, train_set) -> torch.utils.data.Sampler:
-    """The global batch sampler of App. A (super-label pairs, or m per class without super-labels)."""
-    sampler = cfg.data.sampler
-    if sampler.name == "super_label" and train_set.super_labels is not None:
-        return SuperLabelBatchSampler(
-            train_set.labels,
-            train_set.super_labels,
-            cfg.batch_size,
-            sampler.samples_per_class,
-            sampler.batches_per_super_pair,
-            seed=cfg.seed,
-            batches_per_epoch=cfg.steps_per_epoch or sampler.get("epoch_length"),
-            split=sampler.get("split", "union"),
-            pair_order=sampler.get("pair_order", "shuffled"),
-        )
-    if sampler.name not in ("super_label", "m_per_class"):
-        raise ValueError(f"data.sampler.name must be 'super_label' or 'm_per_class', got {sampler.name!r}")
-    return MPerClassBatchSampler(
-        train_set.labels,
-        cfg.batch_size,
-        sampler.samples_per_class,
-        seed=cfg.seed,
-        batches_per_epoch=cfg.steps_per_epoch,
+def training_loader(cfg: DictConfig, train_set, setup) -> tuple[torch.utils.data.Sampler, torch.utils.data.DataLoader]:
+    """The training DataLoader and its batch sampler, whose `set_epoch` each epoch calls.
+
+    Args:
+        cfg: the run's config.
+        train_set: the training split.
+        setup: the process's place in the run ([`detect_setup`][rambo.harness.distributed.detect_setup]):
+            under DDP the sampler gives this process its share of each global batch.
+
+    Returns:
+        `(sampler, loader)`: the loader yields each sample with its own seed
+        ([`rambo.retrieval.sample_seeds`][rambo.retrieval.sample_seeds]).
+
+    Raises:
+        InputError: a batch shape the training classes cannot fill (the user's to change).
+    """
+    try:
+        global_sampler = SeededBatches(build_batch_sampler(cfg, train_set), cfg.seed)  # (index, seed) keys
+    except ValueError as error:  # the batch's shape against the training classes: the user's to change
+        raise InputError(f"{error}") from None
+    sampler = (
+        ShardedBatchSampler(global_sampler, setup.rank, setup.world_size) if setup.is_distributed else global_sampler
     )
+    loader = torch.utils.data.DataLoader(
+        SeededSamples(train_set, carry_seed=cfg.data.get("in_memory", False)),  # .sample_seeds
+        batch_sampler=sampler,
+        num_workers=cfg.num_workers,
+        collate_fn=train_collate(cfg),
+        worker_init_fn=worker_init,
+    )
+    return sampler, loader
 
 
 def build_optimizer(cfg: DictConfig, model) -> torch.optim.Optimizer:
@@ -160,7 +185,14 @@ def build_optimizer(cfg: DictConfig, model) -> torch.optim.Optimizer:
 
 
 def train(cfg: DictConfig) -> dict:
-    """Run (or resume) one training run; returns the metrics written to ``cfg.metrics_path``."""
+    """Run (or resume) one training run.
+
+    Args:
+        cfg: the run's config, checked ([`problems`][rambo.retrieval.config_check.problems]).
+
+    Returns:
+        The metrics written to `cfg.metrics_path`.
+    """
     setup = detect_setup()
     init_process_group(setup)
     device = resolve_device(cfg.device, setup.local_rank)
@@ -173,20 +205,7 @@ def train(cfg: DictConfig) -> dict:
     splits = build_splits(cfg, skipped) if setup.is_main else None  # rank 0 generates the synthetic set, if any
     barrier()
     splits = splits or build_splits(cfg)
-    try:
-        global_sampler = SeededBatches(build_batch_sampler(cfg, splits["train"]), cfg.seed)  # (index, seed) keys
-    except ValueError as error:  # the batch's shape against the training classes: the user's to change
-        raise InputError(f"{error}") from None
-    sampler = (
-        ShardedBatchSampler(global_sampler, setup.rank, setup.world_size) if setup.is_distributed else global_sampler
-    )
-    loader = torch.utils.data.DataLoader(
-        SeededSamples(splits["train"], carry_seed=cfg.data.get("in_memory", False)),  # .sample_seeds
-        batch_sampler=sampler,
-        num_workers=cfg.num_workers,
-        collate_fn=train_collate(cfg),
-        worker_init_fn=worker_init,
-    )
+    sampler, loader = training_loader(cfg, splits["train"], setup)
     model = build_model(cfg.model).to(device)
     if cfg.channels_last:
         to_channels_last(model)
@@ -232,21 +251,57 @@ def train(cfg: DictConfig) -> dict:
             "seconds": round(time.perf_counter() - started, 3),
         }
         if setup.is_main and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs):
-            history.append({"epoch": epoch, **evaluation()})
-            if warning := collapse_warning(history[-1]):
-                log.warning("epoch %d: %s", epoch, warning)
-            row.update(
-                {f"{split}/{k}": v for split in ("test", "validation") for k, v in history[-1].get(split, {}).items()}
-            )
-            if history[-1].get("validation") and select_protocols(history)["fair_protocol"]["epoch"] == epoch:
-                best = Path(cfg.checkpoint_path).with_name("best_validation.pt")
-                save_checkpoint(
-                    {"state": {"model": model.state_dict()}, "config": placeless(run.config), "epoch": epoch}, best
-                )
+            row.update(evaluate_epoch(history, evaluation, epoch))
+            save_best_validation(cfg, run, model, history, epoch)
         run.end_epoch(row, cfg.epochs)
     if cfg.epochs == 0 and setup.is_main:  # the untrained model: the baseline a user compares against
         log.info("epochs=0: evaluating the untrained model (no training, no checkpoint)")
         history.append({"epoch": 0, **evaluation()})
+    metrics, headline = run_metrics(cfg, run, history, skipped)
+    return run.finish(metrics, headline)
+
+
+def evaluate_epoch(history: list[dict], evaluation, epoch: int) -> dict:
+    """Evaluate the model after epoch `epoch`, append the result to `history`, and warn when the
+    embedding has collapsed ([`collapse_warning`][rambo.retrieval.engine.collapse_warning]).
+
+    Args:
+        history: the run's evaluations so far, one dict per evaluation; appended to.
+        evaluation: called with no arguments, the metrics of the test and validation splits.
+        epoch: the epoch just trained.
+
+    Returns:
+        The curve row's entries: `{"test/R@1": ..., "validation/R@1": ..., ...}`.
+    """
+    history.append({"epoch": epoch, **evaluation()})
+    if warning := collapse_warning(history[-1]):
+        log.warning("epoch %d: %s", epoch, warning)
+    return {f"{split}/{k}": v for split in ("test", "validation") for k, v in history[-1].get(split, {}).items()}
+
+
+def save_best_validation(cfg: DictConfig, run: TrainingRun, model, history: list[dict], epoch: int) -> None:
+    """Save the model as `best_validation.pt` beside `cfg.checkpoint_path` when the evaluation of
+    epoch `epoch` (the last of `history`) has the best validation R@1 so far: the model the fair
+    protocol reports."""
+    if history[-1].get("validation") and select_protocols(history)["fair_protocol"]["epoch"] == epoch:
+        best = Path(cfg.checkpoint_path).with_name("best_validation.pt")
+        save_checkpoint({"state": {"model": model.state_dict()}, "config": placeless(run.config), "epoch": epoch}, best)
+
+
+def run_metrics(cfg: DictConfig, run: TrainingRun, history: list[dict], skipped: dict[str, int]) -> tuple[dict, dict]:
+    """The finished run's metrics and its headline numbers.
+
+    Args:
+        cfg: the run's config.
+        run: the run, after its last epoch.
+        history: every evaluation of the run.
+        skipped: the unreadable images left out, per split (written only with `data.skip_unreadable`).
+
+    Returns:
+        `(metrics, headline)`: the metrics file's content (both protocols of
+        [`select_protocols`][rambo.retrieval.engine.select_protocols]) and the paper protocol's R@1
+        and MAP@R with the fair protocol's R@1.
+    """
     protocols = select_protocols(history)
     metrics = {
         "experiment": cfg.experiment_name,
@@ -259,7 +314,7 @@ def train(cfg: DictConfig) -> dict:
         metrics["unreadable_images_skipped"] = skipped
     paper, fair = protocols.get("paper_protocol", {}), protocols.get("fair_protocol", {})
     headline = {"R@1": paper.get("R@1"), "MAP@R": paper.get("MAP@R"), "fair_R@1": fair.get("R@1")}
-    return run.finish(metrics, headline)
+    return metrics, headline
 
 
 @hydra.main(config_path="configs", config_name="train", version_base="1.3")
