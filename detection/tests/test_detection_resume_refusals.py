@@ -18,7 +18,8 @@ import pytest
 
 from rambo.harness.testing import tree_digest
 
-# Hydra writes these into the run's folder before the run looks at its checkpoint.
+# Hydra writes these into the run's folder before the run looks at its checkpoint; a refused run puts back
+# the ones of a folder that held files before (the earlier run's), byte for byte.
 HYDRA_FILES = (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "train.log")
 OWN_FOLDER = "(hydra.run.dir=..., or checkpoint_path=...)"
 
@@ -40,8 +41,10 @@ def finished(tmp_path_factory) -> dict[str, Path]:
 
 
 def refused(app: str, tmp_path: Path, finished: dict, run: Path, *overrides: str) -> str:
-    """The command's stderr; asserts exit code 2 and that nothing but the run's Hydra files changed."""
-    mine = {f"{run.relative_to(tmp_path).as_posix()}/{name}" for name in HYDRA_FILES}
+    """The command's stderr; asserts exit code 2 and that nothing changed: no byte of a folder that held a run's
+    files (its ``.hydra/*.yaml`` and log included, rambo.harness.job_files.restore_job_files); a new folder holds
+    just the refused run's Hydra files and log."""
+    mine = set() if run.exists() else {f"{run.relative_to(tmp_path).as_posix()}/{name}" for name in HYDRA_FILES}
     before = tree_digest(tmp_path), tree_digest(finished["data"])
     done = train(app, tmp_path, finished["data"], run, *overrides)
     assert done.returncode == 2, done.stderr[-3000:]
@@ -59,6 +62,23 @@ def test_rerunning_a_finished_run_is_one_line(tmp_path, finished):
         "with resume=true (a finished run writes its results again), or delete the checkpoint to train it from the "
         "start\n"
     )
+
+
+def test_rerunning_a_finished_run_with_another_setting_leaves_its_folder_byte_for_byte(tmp_path, finished):
+    """A rerun refused (another lr over the finished run, with resume=false and resume=true) leaves every byte of
+    the run's folder, ``.hydra/*.yaml`` and ``train.log`` included. Before: Hydra had saved the refused command's
+    config and overrides over the run's own and appended the refusal to its log."""
+    run = tmp_path / "run"
+    shutil.copytree(finished["detection"], run)
+    assert refused("detection", tmp_path, finished, run, "schedule.lr=0.5").startswith(
+        f"error: {run / 'checkpoint.pt'} holds another run (schedule.lr: 0.01 -> 0.5, epoch 1); this run would "
+        "overwrite it."
+    )
+    stderr = refused("detection", tmp_path, finished, run, "schedule.lr=0.5", "resume=true")
+    assert stderr.startswith(
+        f"error: {run / 'checkpoint.pt'} was written by a different configuration (schedule.lr: 0.01 -> 0.5); "
+    ), stderr
+    assert stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize(

@@ -168,3 +168,35 @@ def test_an_unreadable_image_is_named_listed_by_the_check_and_skipped_only_when_
     metrics = json.loads((tmp_path / "b" / "metrics.json").read_text())
     assert metrics["unreadable_images_skipped"] == {"train": 1, "test": 0} and metrics["complete"]
     assert snapshot(photos) == before
+
+
+def test_splits_that_skipping_left_too_small_are_refused_with_their_counts(tmp_path):
+    """The split check before a run counts the folders' classes; `data.skip_unreadable` can leave
+    fewer: the splits it leaves are checked again, in one line naming the skipped count."""
+    root = tmp_path / "photos"
+    for split, classes in (("train", 8), ("test", 2)):
+        for c in range(classes):
+            (root / split / f"class{c}").mkdir(parents=True)
+            for i in range(4):
+                Image.new("RGB", (16, 16), (c * 30, i * 40, 100)).save(root / split / f"class{c}" / f"{i}.png")
+    for i in range(4):  # every image of the second test class cut short
+        broken = root / "test" / "class1" / f"{i}.png"
+        broken.write_bytes(broken.read_bytes()[:60])
+    before = snapshot(root)
+    run = tmp_path / "run"
+    done = train(
+        tmp_path,
+        "data=imagefolder",
+        f"data.root={root}",
+        "epochs=1",
+        "data.skip_unreadable=true",
+        f"hydra.run.dir={run}",
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "error: after data.skip_unreadable left out 4 unreadable images, the test split holds 1 class; the test split "
+        "needs at least 2 (Recall@K ranks a query's class among others): add whole copies of the unreadable images "
+        "(the log names them)\n"
+    )
+    assert snapshot(root) == before
+    assert not (run / "metrics.json").exists() and not (run / "checkpoint.pt").exists()

@@ -63,11 +63,17 @@ def without_hydra_files(digest: dict[str, str], folder: str = "run") -> dict[str
 
 
 def refused(tmp_path, finished, run, *overrides) -> subprocess.CompletedProcess:
-    """The command's result; asserts it changed nothing but the Hydra files of the run's folder."""
+    """The command's result; asserts it changed nothing: no byte of a run folder that held files (the earlier
+    run's ``.hydra/*.yaml`` and ``train.log`` included: rambo.harness.job_files.restore_job_files); a new one holds
+    just the refused run's Hydra files and log."""
+    fresh = not run.exists()
     before = tree_digest(tmp_path), tree_digest(finished[0])
     done = train(tmp_path, finished[0], run, *overrides)
     assert done.returncode == 2, done.stderr[-3000:]
-    assert without_hydra_files(tree_digest(tmp_path)) == without_hydra_files(before[0])
+    if fresh:
+        assert without_hydra_files(tree_digest(tmp_path)) == without_hydra_files(before[0])
+    else:
+        assert tree_digest(tmp_path) == before[0]
     assert tree_digest(finished[0]) == before[1]  # the data
     return done
 
@@ -79,6 +85,15 @@ def test_rerunning_a_finished_run_is_one_line(tmp_path, finished, run):
         "with resume=true (a finished run writes its results again), or delete the checkpoint to train it from the "
         "start\n"
     )
+
+
+def test_rerunning_a_finished_run_with_another_setting_leaves_its_folder_byte_for_byte(tmp_path, finished, run):
+    """Refused over a finished run (another lr): every byte of its folder is kept, ``.hydra/*.yaml`` and
+    ``train.log`` included. Before: Hydra had saved the refused command's config and overrides over the run's
+    own, and the refusal was appended to its log."""
+    done = refused(tmp_path, finished, run, "optimizer.lr=0.5")
+    assert done.stderr.startswith(f"error: {run / 'checkpoint.pt'} holds another run (optimizer.lr: ")
+    assert done.stderr.count("\n") == 1
 
 
 def test_resuming_another_configuration_is_one_line(tmp_path, finished, run):

@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 
 from rambo.harness.atomic import DiskFullError
 from rambo.harness.checkpoint import DamagedCheckpoint
-from rambo.harness.config_check import InputError, stop, stop_on_problems
+from rambo.harness.config_check import InputError, stop, stop_on_problems, task_overrides
 from rambo.harness.distributed import (
     ShardedBatchSampler,
     barrier,
@@ -36,6 +36,7 @@ from rambo.harness.distributed import (
     wrap_model,
 )
 from rambo.harness.engine_options import EngineOptions
+from rambo.harness.images import UnreadableImage
 from rambo.harness.precision import to_channels_last
 from rambo.harness.row_name import check_row_name
 from rambo.harness.run import TrainingRun
@@ -48,8 +49,9 @@ from .config_check import problems
 from .engine import evaluate, train_one_epoch
 from .group_sampler import BATCH_GROUPINGS, GroupedBatchSampler
 from .model import build_detector
+from .prepare import check_hint
 from .synthetic import SYNTHETIC_CLASSES, generate
-from .voc import VOC_CLASSES, VOCDetectionDataset, collate_detection
+from .voc import VOC_CLASSES, BadAnnotation, VOCDetectionDataset, collate_detection
 from .warm_start import load_initial_weights
 
 CLASS_LISTS = {"voc": VOC_CLASSES, "synthetic": SYNTHETIC_CLASSES}
@@ -260,6 +262,8 @@ def main(cfg: DictConfig) -> None:  # noqa: D103 (the Hydra entry point; see the
         stop_on_problems(problems(cfg))  # a single run was checked before Hydra made its folder; a multirun's job here
         try:
             train(cfg)
+        except (BadAnnotation, UnreadableImage) as error:  # the file and what is wrong, and how to list them all
+            stop([f"{error.line()}; {check_hint(cfg.data, cfg.data_dir, task_overrides())}"])
         except InputError as error:  # a folder another run holds, a checkpoint this run may not continue, ...
             stop([error.line()])
         except (DamagedCheckpoint, DiskFullError) as error:  # one line: the file and what to do

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torchvision.transforms.functional import pil_to_tensor
 
+from rambo.harness.config_check import InputError
 from rambo.harness.images import rgb_image
 
 VOC_CLASSES = (
@@ -58,11 +59,42 @@ class VOCAnnotation:
     difficult: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
+class BadAnnotation(InputError, ValueError):
+    """An `Annotations/<id>.xml` that cannot be read as a VOC annotation: the message names the file, what is
+    wrong and what to do (the apps print it as one `error:` line, exit code 2); `path` and `reason` (what is
+    wrong) apart, for a list of bad files."""
+
+    def __init__(self, message: str, path: Path | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.path, self.reason = path, message if reason is None else reason
+
+
+def bad_annotation(path: Path, problem: str) -> BadAnnotation:
+    """The error of the annotation `path`: `<path>: <problem>; <what to do>`."""
+    return BadAnnotation(
+        f"{path}: {problem}; replace it with a whole copy (download or generate the dataset again), or take "
+        f"image {path.stem} out of {path.parent.parent / 'ImageSets' / 'Main'}/*.txt",
+        path,
+        problem,
+    )
+
+
 def _text(node: ET.Element, tag: str, path: Path) -> str:
     child = node.find(tag)
-    if child is None or child.text is None:
-        raise ValueError(f"{path}: <{node.tag}> has no <{tag}>")
+    if child is None or child.text is None or not child.text.strip():
+        raise bad_annotation(path, f"<{node.tag}> has no <{tag}>")
     return child.text.strip()
+
+
+def _number(node: ET.Element, tag: str, path: Path) -> float:
+    text = _text(node, tag, path)
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not np.isfinite(value):
+        raise bad_annotation(path, f"<{node.tag}><{tag}> is {text!r}, not a number")
+    return value
 
 
 def parse_annotation(path: str | Path) -> VOCAnnotation:
@@ -77,18 +109,22 @@ def parse_annotation(path: str | Path) -> VOCAnnotation:
     try:
         root = ET.parse(path).getroot()
     except ET.ParseError as error:
-        raise ValueError(f"{path}: not a valid VOC annotation XML ({error})") from error
+        raise bad_annotation(path, f"not a valid VOC annotation XML ({error})") from None
+    except FileNotFoundError:
+        raise bad_annotation(path, "no such file (the annotation of an image the image set lists)") from None
+    except OSError as error:
+        raise bad_annotation(path, f"cannot be read ({error.strerror or error})") from None
     size = root.find("size")
     if size is None:
-        raise ValueError(f"{path}: missing <size>")
+        raise bad_annotation(path, "no <size> (the image's <width> and <height>)")
     boxes, names, difficult = [], [], []
-    for obj in root.findall("object"):
+    for number, obj in enumerate(root.findall("object"), 1):
         bndbox = obj.find("bndbox")
         if bndbox is None:
-            raise ValueError(f"{path}: <object> without <bndbox>")
-        x1, y1, x2, y2 = (float(_text(bndbox, tag, path)) for tag in ("xmin", "ymin", "xmax", "ymax"))
+            raise bad_annotation(path, f"<object> {number} has no <bndbox>")
+        x1, y1, x2, y2 = (_number(bndbox, tag, path) for tag in ("xmin", "ymin", "xmax", "ymax"))
         if x2 < x1 or y2 < y1:
-            raise ValueError(f"{path}: box ({x1}, {y1}, {x2}, {y2}) has max < min")
+            raise bad_annotation(path, f"box ({x1}, {y1}, {x2}, {y2}) of <object> {number} has max < min")
         boxes.append((x1 - 1.0, y1 - 1.0, x2, y2))
         names.append(_text(obj, "name", path))
         flag = obj.find("difficult")
@@ -96,8 +132,8 @@ def parse_annotation(path: str | Path) -> VOCAnnotation:
     return VOCAnnotation(
         image_id=path.stem,
         filename=_text(root, "filename", path),
-        width=int(float(_text(size, "width", path))),
-        height=int(float(_text(size, "height", path))),
+        width=int(_number(size, "width", path)),
+        height=int(_number(size, "height", path)),
         boxes=np.asarray(boxes, dtype=np.float32).reshape(-1, 4),
         names=names,
         difficult=np.asarray(difficult, dtype=bool),
@@ -173,7 +209,8 @@ class VOCDetectionDataset(torch.utils.data.Dataset):
         annotation = self.annotation(index)
         unknown = sorted(set(annotation.names) - set(self.class_to_label))
         if unknown:
-            raise ValueError(f"{annotation.image_id}: classes {unknown} are not in the class list")
+            path = root / "Annotations" / f"{annotation.image_id}.xml"
+            raise bad_annotation(path, f"classes {unknown} are not in the class list {list(self.classes)}")
         keep = ~annotation.difficult if self.train else np.ones(len(annotation.names), dtype=bool)
         pixels = pil_to_tensor(rgb_image(root / "JPEGImages" / annotation.filename)).float() / 255.0
         target = {

@@ -57,6 +57,7 @@ import uuid
 from pathlib import Path
 
 from .config_check import USAGE_ERROR, InputError, stop
+from .job_files import job_started, keep_job_files
 
 CLAIM_NAME = ".rambo-run.claim"
 #: The options that give a run's own files a folder of their own, as a refusal names them.
@@ -301,6 +302,7 @@ def claim_job_folder(folder: str, run: str) -> logging.Filter:
     filters are built. The filter itself keeps every record."""
     from .distributed import detect_setup
 
+    job_started()  # an earlier job's files of this process (a launcher's worker) are none of this job's
     if detect_setup().is_main and held(folder) is None:
         options = "hydra.run.dir=..."
         try:
@@ -316,4 +318,5 @@ def claim_job_folder(folder: str, run: str) -> logging.Filter:
         except FolderClaimedError as error:
             # not into a log file: the files the logging setup is replacing are an earlier job's
             stop([str(error)], USAGE_ERROR, log_files=False)
+        keep_job_files(Path(folder), CLAIM_NAME)
     return _PassEverything()

@@ -27,6 +27,8 @@ from typing import Any, NoReturn
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from .job_files import restore_job_files
+
 try:  # Hydra is a dependency of the apps; the checks themselves need only OmegaConf
     from hydra.experimental.callback import Callback
 except ImportError:  # pragma: no cover
@@ -219,6 +221,7 @@ def stop(problems: Sequence[Problem | str], code: int = USAGE_ERROR, log_files: 
     for handler in files:
         for line in lines:
             handler.emit(logging.LogRecord("rambo", logging.ERROR, __file__, 0, "error: %s", (line,), None))
+    restore_job_files()  # refused before it started: the earlier run's .hydra/*.yaml and log, as they were
     raise SystemExit(code)
 
 

@@ -111,6 +111,11 @@ class DataStage:
     unreadable: Callable[[str, object, Sequence[str]], list[str]] | None = None
     weights_url: Callable[[str], str] | None = None  # backbone -> the official URL of its ImageNet weights
     checker: str | None = None  # the app's config check, ``package.module:problems`` (what its train.yaml names)
+    # the check's last line when it lists files (`{count}`: how many)
+    unreadable_summary: str = (
+        "{count} image(s) cannot be read (listed above): replace or remove them, or train with "
+        "data.skip_unreadable=true to leave them out (counted in the run's metrics)"
+    )
 
     def prepare(
         self, data_dir: str | Path, names: Sequence[str], overrides: Sequence[str] = (), source: Source = Source()
@@ -300,11 +305,7 @@ class DataStage:
         for line in lines:
             print(f"unreadable: {line}", file=sys.stderr)
         if lines:
-            print(
-                f"error: {len(lines)} image(s) cannot be read (listed above): replace or remove them, or train with "
-                "data.skip_unreadable=true to leave them out (counted in the run's metrics)",
-                file=sys.stderr,
-            )
+            print(f"error: {self.unreadable_summary.format(count=len(lines))}", file=sys.stderr)
             return 1
         for folder in folders:
             print(folder)

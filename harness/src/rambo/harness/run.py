@@ -69,6 +69,7 @@ from .checkpoint import (
 )
 from .claim import claim_folders
 from .distributed import barrier, gather_to_main, rank, world_size
+from .job_files import job_started
 from .provenance import run_provenance
 from .resume import NotThisAppsCheckpoint, ResumeRefused, check_policy, checkpoint_to_resume, run_identity, shown_keys
 from .run_log import log_done, log_epoch
@@ -255,6 +256,7 @@ class TrainingRun:
                 run_id=wandb_id,
             )
             if self.wandb is not None:  # before any checkpoint it belongs to (also an older checkpoint's id)
+                job_started()  # this run's files from here: a refusal now leaves Hydra's files and the log
                 write_text(wandb_id_path(self.checkpoint_path), f"{self.wandb.id}\n")
 
     def foreign(self, state: Mapping) -> str | None:
@@ -286,6 +288,7 @@ class TrainingRun:
                 f"its optimiser and scheduler state: it cannot train on to epoch {total}; train a new run "
                 "(another experiment_name, or resume=false to start over)"
             )
+        job_started()  # the run writes its own files from here (rambo.harness.job_files.restore_job_files)
         limit = self.cfg.get("max_epochs_this_run")
         last = total if limit is None else min(total, self.epoch + int(limit))
         yield from range(self.epoch + 1, last + 1)

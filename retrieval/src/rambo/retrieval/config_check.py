@@ -295,6 +295,34 @@ def evaluation_problems(found: Census) -> list[Problem]:
     return []
 
 
+def readable_split_problems(cfg: DictConfig, train, evaluation: dict, skipped: dict[str, int]) -> list[Problem]:
+    """What [`split_problems`][rambo.retrieval.config_check.split_problems] checks before the run,
+    checked again on the splits `data.skip_unreadable` left: `train` (before the validation
+    hold-out) and `evaluation` (`{"test": ...}` or In-shop's query and gallery) less the images
+    counted in `skipped` (per split). Nothing when no image was skipped."""
+    if not any(skipped.values()):
+        return []
+
+    def words(split: str, dataset) -> str:
+        return (
+            f"after data.skip_unreadable left out {counted(skipped.get(split, 0), 'unreadable image')}, the {split} "
+            f"split holds {counted(dataset.num_classes, 'class', 'classes')}"
+        )
+
+    test = evaluation.get("test", evaluation.get("gallery"))
+    found = Census(
+        train,
+        evaluation,
+        words("train", train),
+        words("test" if "test" in evaluation else "gallery", test),
+        "whole copies of the unreadable images (the log names them)",
+        False,
+        "",
+        "",
+    )
+    return training_problems(cfg, found) + evaluation_problems(found)
+
+
 def split_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
     """Whether the dataset's splits hold the classes this run needs, counted from its folders or
     index files (no image is opened: [`datasets.census`][rambo.retrieval.datasets.census]): the training split enough

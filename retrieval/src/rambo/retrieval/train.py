@@ -60,7 +60,7 @@ from rambo.harness.wandb_run import wandb_keys
 from rambo.harness.workers import worker_init
 
 from .batch_transforms import BatchTrainAugmentation
-from .config_check import problems
+from .config_check import problems, readable_split_problems
 from .datasets import generate_synthetic, load_dataset
 from .datasets.image_retrieval_dataset import UnreadableImageError
 from .engine import collapse_warning, evaluate, select_protocols, train_one_epoch
@@ -95,7 +95,9 @@ def build_splits(cfg: DictConfig, skipped: dict | None = None) -> dict:
         -> dataset; `"validation"` is None with `validation_fraction=0`.
 
     Raises:
-        InputError: `data.in_memory` with a training augmentation other than `random_resized_crop`.
+        InputError: `data.in_memory` with a training augmentation other than `random_resized_crop`;
+            splits that `data.skip_unreadable` left too small for the run (the check before the run,
+            again on the readable images).
     """
     data = cfg.data
     if data.get("generate") is not None:
@@ -117,6 +119,9 @@ def build_splits(cfg: DictConfig, skipped: dict | None = None) -> dict:
         splits[name] = skip_unreadable(
             cfg, name, load_dataset(data.format, data.root, name, transform=test_transform), skipped
         )
+    evaluation = {name: split for name, split in splits.items() if name not in ("train", "validation")}
+    if skipped and (left := readable_split_problems(cfg, full_train, evaluation, skipped)):
+        raise InputError(str(left[0]))
     if in_memory:
         splits = {name: None if split is None else InMemoryImageDataset(split) for name, split in splits.items()}
     return splits
