@@ -69,8 +69,6 @@ PORTABLE_ENVIRONMENT = {
     "MKL_CBWR": "COMPATIBLE",
     "NPY_DISABLE_CPU_FEATURES": " ".join(NUMPY_DISPATCH_TARGETS),
 }
-# Libraries whose settings above are read once, when they load: set_environment is too late after.
-_READ_AT_LOAD = {"ATEN_CPU_CAPABILITY": "torch", "NPY_DISABLE_CPU_FEATURES": "numpy"}
 
 
 class NumericsError(RuntimeError):
