@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import logging
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -222,6 +223,10 @@ def stop(problems: Sequence[Problem | str], code: int = USAGE_ERROR, log_files: 
         for line in lines:
             handler.emit(logging.LogRecord("rambo", logging.ERROR, __file__, 0, "error: %s", (line,), None))
     restore_job_files()  # refused before it started: the earlier run's .hydra/*.yaml and log, as they were
+    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm":
+        # a SLURM job of submitit records an exception as the job's result, which its launcher reads
+        # back (without sacct, a job that exits by SystemExit leaves no result and the launcher waits)
+        raise InputError("; ".join(lines))
     raise SystemExit(code)
 
 
