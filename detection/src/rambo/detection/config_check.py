@@ -17,12 +17,10 @@ from omegaconf import DictConfig
 from rambo.harness.config_check import (
     Bound,
     Problem,
-    bound_problems,
-    choice_problems,
     named_on_command_line,
+    option_problems,
     select,
     task_overrides,
-    without_derived,
 )
 
 from .synthetic import DIFFICULT_SIDE
@@ -40,10 +38,6 @@ BOUNDS = (
     Bound("schedule.max_iterations_per_epoch", 1, integer=True, optional=True),
     Bound("schedule.grad_clip_max_norm", 0, low_open=True, optional=True),
     Bound("eval.batch_size", 1, integer=True, meaning="images per forward pass of evaluation"),
-    Bound("num_workers", 0, integer=True, meaning="DataLoader worker processes; 0 loads in the training process"),
-    Bound("threads", 0, integer=True, meaning="torch CPU threads; 0 keeps torch's default"),
-    Bound("seed", 0, integer=True),
-    Bound("max_epochs_this_run", 1, integer=True, optional=True, meaning="epochs of this invocation"),
     Bound("data.max_train_images", 1, integer=True, optional=True),
     Bound("data.max_test_images", 1, integer=True, optional=True),
     Bound("data.generate.trainval", 1, integer=True),
@@ -51,8 +45,6 @@ BOUNDS = (
     Bound("data.generate.size", 4 * DIFFICULT_SIDE, integer=True, meaning="the generated images' side in pixels"),
 )
 CHOICES = {
-    "resume": (False, True, "auto"),
-    "precision": ("float32", "bfloat16"),
     "eval.method": ("11point", "area"),
     "data.batch_grouping": ("aspect_ratio", "none"),
 }
@@ -147,7 +139,7 @@ def checkpoint_problems(cfg: DictConfig) -> list[Problem]:
 
 def problems(cfg: DictConfig) -> list[Problem]:
     """Every problem of the composed run config `cfg` (with or without its `hydra` node)."""
-    found = without_derived(cfg, bound_problems(cfg, BOUNDS) + choice_problems(cfg, CHOICES))
+    found = option_problems(cfg, BOUNDS, CHOICES)
     overrides = task_overrides(cfg)
     folders = data_problems(cfg, overrides)
     return found + folders + (batch_problems(cfg, overrides) if not folders else []) + checkpoint_problems(cfg)

@@ -173,6 +173,26 @@ def choice_problems(cfg: DictConfig, choices: dict[str, Sequence[Any]]) -> list[
     return problems
 
 
+#: The run options both apps have, checked the same way in each: what the harness's run plumbing reads
+#: (DataLoader workers, torch's threads, the seed, the epochs of one invocation, resuming, precision).
+RUN_BOUNDS = (
+    Bound("num_workers", 0, integer=True, meaning="DataLoader worker processes; 0 loads in the training process"),
+    Bound("threads", 0, integer=True, meaning="torch CPU threads; 0 keeps torch's default"),
+    Bound("seed", 0, integer=True),
+    Bound("max_epochs_this_run", 1, integer=True, optional=True, meaning="epochs of this invocation"),
+)
+RUN_CHOICES = {"resume": (False, True, "auto"), "precision": ("float32", "bfloat16")}
+
+
+def option_problems(cfg: DictConfig, bounds: Iterable[Bound], choices: dict[str, Sequence[Any]]) -> list[Problem]:
+    """The problems of an app's options: its `bounds` and the run options
+    ([`RUN_BOUNDS`][rambo.harness.config_check.RUN_BOUNDS]) out of range, its `choices` and
+    [`RUN_CHOICES`][rambo.harness.config_check.RUN_CHOICES] not among theirs, less those that
+    only follow another problem ([`without_derived`][rambo.harness.config_check.without_derived])."""
+    found = bound_problems(cfg, (*RUN_BOUNDS, *bounds)) + choice_problems(cfg, {**RUN_CHOICES, **choices})
+    return without_derived(cfg, found)
+
+
 def task_overrides(cfg: DictConfig | None = None) -> list[str]:
     """The command line's overrides of the running Hydra app (`hydra.overrides.task`): from
     `cfg` when it holds the `hydra` node, else from the running app; `[]` outside one."""

@@ -21,12 +21,10 @@ from omegaconf import DictConfig
 from rambo.harness.config_check import (
     Bound,
     Problem,
-    bound_problems,
-    choice_problems,
     named_on_command_line,
+    option_problems,
     select,
     task_overrides,
-    without_derived,
 )
 
 from .datasets.census import Census, census, counted
@@ -42,10 +40,6 @@ BOUNDS = (
     Bound("steps_per_epoch", 1, integer=True, optional=True, meaning="batches per epoch; null: one pass"),
     Bound("eval_every", 1, integer=True, meaning="evaluate every this many epochs"),
     Bound("validation_fraction", 0, 1, high_open=True, meaning="share of the training classes held out"),
-    Bound("num_workers", 0, integer=True, meaning="DataLoader worker processes; 0 loads in the training process"),
-    Bound("threads", 0, integer=True, meaning="torch CPU threads; 0 keeps torch's default"),
-    Bound("seed", 0, integer=True),
-    Bound("max_epochs_this_run", 1, integer=True, optional=True, meaning="epochs of this invocation"),
     Bound("two_pass_chunk_size", 1, integer=True, optional=True),
     Bound("optimizer.lr", 0, low_open=True, meaning="learning rate"),
     Bound("optimizer.weight_decay", 0),
@@ -61,8 +55,6 @@ BOUNDS = (
     Bound("loss.tau", 0, integer=True, meaning="batches of score memory"),
 )
 CHOICES = {
-    "resume": (False, True, "auto"),
-    "precision": ("float32", "bfloat16"),
     "data.sampler.name": ("super_label", "m_per_class"),
     "data.skip_unreadable": (False, True),
 }
@@ -345,7 +337,7 @@ def split_problems(cfg: DictConfig, overrides: list[str]) -> list[Problem]:
 
 def problems(cfg: DictConfig) -> list[Problem]:
     """Every problem of the composed run config `cfg` (with or without its `hydra` node)."""
-    found = without_derived(cfg, bound_problems(cfg, BOUNDS) + choice_problems(cfg, CHOICES))
+    found = option_problems(cfg, BOUNDS, CHOICES)
     found += batch_problems(cfg)
     overrides = task_overrides(cfg)
     found += data_problems(cfg, overrides)
