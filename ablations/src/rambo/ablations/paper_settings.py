@@ -234,7 +234,7 @@ def missing_deviation_rows(ledger: dict, readme: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--ledger", type=Path, default=LEDGER)
     parser.add_argument(
         "--readme",

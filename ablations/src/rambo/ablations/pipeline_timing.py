@@ -171,7 +171,7 @@ def markdown(measurements: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--mode", choices=("native", "portable"), required=True)
     parser.add_argument("--out", type=Path, default=OUT, help="the JSON record (the Markdown table beside it)")
     parser.add_argument("--keep", action="store_true", help="keep the clone (its runs are a draw of the mode)")

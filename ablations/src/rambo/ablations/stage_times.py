@@ -50,7 +50,7 @@ def summary(seconds: float, stages: dict[str, float]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--record", type=Path, help="write the times as JSON to this file")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command, e.g. -- dvc repro")
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Peak memory of a sigmoid-rank surrogate on one long row (issue: the memory cap inside one row).
+"""Peak memory of a sigmoid-rank surrogate on one long row, against the memory cap inside one row.
 
     python -m rambo.core.benchmark_surrogate [--n 1e6] [--relevant 0.01] [--loss recall_at_k|smooth_ap]
 
